@@ -1,0 +1,151 @@
+"""Bring a plan up, keep it healthy, and tear it down whatever happens.
+
+Start-up order is an engineer's: every node's server, then (once each replica's rank 0
+answers ``/health`` and ``/get_model_info``) the router, then wait for the router's
+``/readiness`` to count every replica. Any process that exits while we wait fails the
+bring-up at once, naming the node and showing the end of its log. ``stop`` signals every
+process group, collects the logs and verifies nothing is left running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from pytest_kimi.deploy.executor import Executor, Handle
+from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
+
+POLL_S = 0.1
+
+
+class BringUpError(RuntimeError):
+    """The deployment did not come up; the message says which node and why."""
+
+
+class Deployment:
+    """One layout's running deployment (servers + router) on an executor."""
+
+    def __init__(
+        self,
+        plan: DeploymentPlan,
+        executor: Executor,
+        log_dir: Path,
+        *,
+        timeout_s: float,
+        progress: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.plan, self.executor, self.log_dir = plan, executor, log_dir
+        self.timeout_s, self.progress = timeout_s, progress
+        self.handles: dict[str, Handle] = {}
+        self.leftovers: list[str] = []
+        self.started_at = 0.0
+        self.ready_s = 0.0
+
+    # -- bring-up ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start everything and wait until the router serves every replica."""
+        self.started_at = time.monotonic()
+        deadline = self.started_at + self.timeout_s
+        for spec in self.plan.servers:
+            self._launch(spec)
+        self.progress(f"started {len(self.plan.servers)} server processes")
+        with httpx.Client(timeout=5.0, trust_env=False) as http:
+            for spec in self.plan.rank0():
+                self._wait_http(http, spec, "/health", deadline)
+                self._wait_http(http, spec, "/get_model_info", deadline)
+                self.progress(f"replica {spec.replica} healthy at {spec.url}")
+            self._launch(self.plan.router)
+            self._wait_router(http, deadline)
+        self.ready_s = time.monotonic() - self.started_at
+        self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
+
+    def _launch(self, spec: ProcessSpec) -> None:
+        self.handles[spec.name] = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
+
+    def check_processes(self) -> None:
+        """Raise :class:`BringUpError` if any started process has exited."""
+        for handle in self.handles.values():
+            code = self.executor.exit_code(handle)
+            if code is not None:
+                spec = handle.spec
+                where = f"replica {spec.replica} " if spec.replica is not None else ""
+                tail = self.executor.log_tail(handle, 50)
+                raise BringUpError(
+                    f"{spec.name} ({where}node {spec.node.name}, {spec.node.host}) exited with "
+                    f"code {code} during start-up; last lines of its log:\n{tail}"
+                )
+
+    def _wait_http(self, http: httpx.Client, spec: ProcessSpec, path: str, deadline: float) -> None:
+        url = spec.url + path
+        last = "no answer yet"
+        while True:
+            self.check_processes()
+            try:
+                response = http.get(url)
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if time.monotonic() > deadline:
+                raise BringUpError(
+                    f"replica {spec.replica} (node {spec.node.name}) not healthy at {url} after "
+                    f"{self.timeout_s:g}s ({last}); last lines of its log:\n"
+                    + self.executor.log_tail(self.handles[spec.name], 50)
+                )
+            time.sleep(POLL_S)
+
+    def _wait_router(self, http: httpx.Client, deadline: float) -> None:
+        router = self.plan.router
+        url = router.url + "/readiness"
+        want = len(self.plan.rank0())
+        last = "no answer yet"
+        while True:
+            self.check_processes()
+            try:
+                response = http.get(url)
+                body = response.json() if response.content else {}
+                healthy = int(body.get("healthy_workers", 0)) if isinstance(body, dict) else 0
+                if response.status_code == 200 and healthy >= want:
+                    return
+                last = f"HTTP {response.status_code}, {healthy}/{want} workers healthy"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = type(exc).__name__
+            if time.monotonic() > deadline:
+                raise BringUpError(
+                    f"router on {router.node.name} not ready at {url} after {self.timeout_s:g}s "
+                    f"({last}); last lines of its log:\n"
+                    + self.executor.log_tail(self.handles[router.name], 50)
+                )
+            time.sleep(POLL_S)
+
+    # -- teardown --------------------------------------------------------------------------
+    def stop(self, grace_s: float = 10.0) -> list[str]:
+        """Stop the router, then every server; fetch logs; return what is still alive."""
+        order = [h for h in self.handles.values() if h.spec.role == "router"]
+        order += [h for h in self.handles.values() if h.spec.role != "router"]
+        for handle in order:
+            try:
+                self.executor.stop(handle, grace_s)
+            finally:
+                self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
+        self.leftovers = [
+            f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})"
+            for h in order
+            if self.executor.alive(h)
+        ]
+        return self.leftovers
+
+    def __enter__(self) -> Deployment:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,131 @@
+"""Executors start, watch and stop the processes of a plan on their nodes.
+
+The deployment code is the same for every executor; only how a process is started differs.
+``LocalExecutor`` runs each "node" as a local process group (the embedded mock backend).
+Every process gets its own session (``setsid``), so stopping its group stops everything it
+started, and the executor remembers every group it made so teardown can check none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pytest_kimi.deploy.plan import ProcessSpec
+
+
+@dataclass
+class Handle:
+    """A started process: where it runs, its process group, and its log."""
+
+    spec: ProcessSpec
+    pgid: int
+    log_path: Path  # on the node
+    popen: subprocess.Popen | None = None
+
+
+class Executor(Protocol):
+    """What a deployment needs from a way of running processes."""
+
+    def start(self, spec: ProcessSpec, log_path: Path) -> Handle: ...
+    def exit_code(self, handle: Handle) -> int | None: ...
+    def stop(self, handle: Handle, grace_s: float) -> None: ...
+    def alive(self, handle: Handle) -> bool: ...
+    def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
+    def fetch_log(self, handle: Handle, dest: Path) -> None: ...
+    def close(self) -> None: ...
+
+
+def tail_file(path: Path, lines: int) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines))
+    except OSError:
+        return f"(no log at {path})"
+
+
+class LocalExecutor:
+    """Runs each process on this machine, in its own session, output to its log file."""
+
+    def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        return Handle(spec, popen.pid, log_path, popen)
+
+    def exit_code(self, handle: Handle) -> int | None:
+        assert handle.popen is not None
+        return handle.popen.poll()
+
+    def stop(self, handle: Handle, grace_s: float) -> None:
+        """TERM the whole group, wait up to ``grace_s``, then KILL what is left."""
+        _signal_group(handle.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.alive(handle):
+            time.sleep(0.02)
+        if self.alive(handle):
+            _signal_group(handle.pgid, signal.SIGKILL)
+        if handle.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                handle.popen.wait(timeout=5)
+
+    def alive(self, handle: Handle) -> bool:
+        """True while any process of the group exists (zombies of our own child excluded)."""
+        if handle.popen is not None:
+            handle.popen.poll()  # reap the leader so it does not count as alive
+        return group_alive(handle.pgid)
+
+    def log_tail(self, handle: Handle, lines: int = 50) -> str:
+        return tail_file(handle.log_path, lines)
+
+    def fetch_log(self, handle: Handle, dest: Path) -> None:
+        if dest.resolve() != handle.log_path.resolve() and handle.log_path.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(handle.log_path.read_bytes())
+
+    def close(self) -> None:
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process group still has a live (non-zombie) member, from /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: fall back to a signal probe
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False

@@ -1,0 +1,186 @@
+"""From cluster + layout to the exact processes to start: one server per node, one router.
+
+A plan is plain data (argv lists, environment, URLs); executors turn it into processes and
+``--kimi-dry-run`` prints it. Values from YAML only ever become separate argv elements, and
+``shlex.join`` renders them, so nothing a user writes is ever interpreted by a shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_kimi.config import ClusterConfig, Layout, Node
+
+MOCK_MODULE = "pytest_kimi.mock.launch_server"
+BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to start on one node."""
+
+    name: str  # unique in the plan, also the log file's stem
+    node: Node
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    role: str = "server"  # "server" or "router"
+    replica: int | None = None
+    rank: int | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{_url_host(self.node.host)}:{self.port}"
+
+    def command_line(self) -> str:
+        """The shell-safe command line (environment first), as an engineer would type it."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join([*env, shlex.join(self.argv)])
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    """Every process of one layout's DP deployment, in start order."""
+
+    cluster: ClusterConfig
+    layout: Layout
+    servers: tuple[ProcessSpec, ...]
+    router: ProcessSpec
+
+    @property
+    def processes(self) -> tuple[ProcessSpec, ...]:
+        return (*self.servers, self.router)
+
+    def rank0(self) -> list[ProcessSpec]:
+        """The HTTP-serving process of each replica (what the router registers)."""
+        return [s for s in self.servers if s.rank == 0]
+
+    @property
+    def endpoint(self) -> str:
+        return self.router.url
+
+    def describe(self) -> str:
+        """Human-readable listing for ``--kimi-dry-run`` and the manifest."""
+        lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
+        for proc in self.processes:
+            lines.append(f"# {proc.name} on {proc.node.name} ({proc.node.host})")
+            lines.append(proc.command_line())
+        return "\n".join(lines)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port on ``host`` (local clusters with ``port: auto``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _flags(values: Mapping[str, str | int | float | bool]) -> list[str]:
+    out: list[str] = []
+    for name, value in values.items():
+        if value is True:
+            out.append(f"--{name}")
+        elif value is False:
+            continue
+        else:
+            out.extend([f"--{name}", str(value)])
+    return out
+
+
+def resolve_model_path(value: str) -> str:
+    """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
+    if value == BUILTIN_TOKENIZER:
+        from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+
+        return str(TOKENIZER_DIR)
+    return value
+
+
+def plan_deployment(
+    cluster: ClusterConfig,
+    layout: Layout,
+    *,
+    mock_profile_path: Path | None = None,
+    ports: Iterable[int] | None = None,
+) -> DeploymentPlan:
+    """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own)."""
+    supply = iter(ports) if ports is not None else None
+
+    def port(value: int | None, host: str) -> int:
+        if value is not None:
+            return value
+        return next(supply) if supply is not None else free_port(host)
+
+    srv = cluster.server
+    model_path = resolve_model_path(srv.model_path)
+    servers: list[ProcessSpec] = []
+    for replica in range(cluster.replicas):
+        nodes = cluster.replica_nodes(replica)
+        head = nodes[0]
+        dist_port = port(srv.dist_init_port, head.host)
+        for rank, node in enumerate(nodes):
+            http_port = port(srv.port, node.host)
+            argv = [
+                srv.python, "-m", srv.module,
+                "--model-path", model_path,
+                "--tp-size", str(layout.tp),
+                "--pp-size", str(layout.pp),
+                "--ep-size", str(layout.ep),
+                "--nnodes", str(len(nodes)),
+                "--node-rank", str(rank),
+                "--dist-init-addr", f"{_url_host(head.host)}:{dist_port}",
+                "--host", node.host,
+                "--port", str(http_port),
+                *_flags(srv.args),
+            ]  # fmt: skip
+            if srv.module == MOCK_MODULE and cluster.mock is not None:
+                argv += [
+                    "--mock-time-scale", f"{cluster.mock.time_scale:g}",
+                    "--mock-seed", str(cluster.mock.seed + replica),
+                    "--mock-gpus-per-node", str(node.gpus),
+                ]  # fmt: skip
+                if mock_profile_path is not None:
+                    argv += ["--mock-profile", str(mock_profile_path)]
+            servers.append(
+                ProcessSpec(
+                    name=f"replica{replica}-node{rank}-{node.name}",
+                    node=node,
+                    argv=tuple(argv),
+                    env=dict(srv.env),
+                    replica=replica,
+                    rank=rank,
+                    port=http_port,
+                )
+            )
+    rtr = cluster.router
+    router_node = cluster.node(rtr.node)
+    router_port = port(rtr.port, router_node.host)
+    prometheus_port = port(rtr.prometheus_port, router_node.host)
+    workers = [s.url for s in servers if s.rank == 0]
+    router_argv = [
+        rtr.python, "-m", rtr.module,
+        "--worker-urls", *workers,
+        "--policy", rtr.policy,
+        "--host", router_node.host,
+        "--port", str(router_port),
+        "--prometheus-host", router_node.host,
+        "--prometheus-port", str(prometheus_port),
+        *_flags(rtr.args),
+    ]  # fmt: skip
+    router = ProcessSpec(
+        name="router",
+        node=router_node,
+        argv=tuple(router_argv),
+        env=dict(rtr.env),
+        role="router",
+        port=router_port,
+    )
+    return DeploymentPlan(cluster, layout, tuple(servers), router)

@@ -1,0 +1,102 @@
+"""``sglang.launch_server``'s command line, as the mock understands it.
+
+The flags that shape behaviour are parsed with SGLang's names and defaults; any other flag
+is accepted and recorded (``unknown``), so a real cluster's command line runs unchanged with
+only the module swapped. Flags starting ``--mock-`` belong to the mock alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MockArgs:
+    """Parsed server arguments plus what the mock did not recognise."""
+
+    values: dict[str, Any]
+    unknown: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        """The performance profile: inline JSON or a path to a JSON/YAML file."""
+        spec = self.values.get("mock_profile")
+        if not spec:
+            return {}
+        if spec.lstrip().startswith("{"):
+            return json.loads(spec)
+        text = Path(spec).read_text(encoding="utf-8")
+        if spec.endswith((".yaml", ".yml")):
+            import yaml
+
+            return yaml.safe_load(text) or {}
+        return json.loads(text)
+
+    def server_info(self) -> dict[str, Any]:
+        """What ``/get_server_info`` reports: SGLang's key names, plus unknown flags."""
+        info = {k: v for k, v in self.values.items() if not k.startswith("mock_")}
+        info["unrecognized_args"] = list(self.unknown)
+        return info
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pytest_kimi.mock.launch_server", allow_abbrev=False)
+    add = p.add_argument
+    add("--model-path", "--model", dest="model_path", required=True)
+    add("--tokenizer-path", default=None)
+    add("--served-model-name", default=None)
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=30000)
+    add("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    add("--pp-size", "--pp", dest="pp_size", type=int, default=1)
+    add("--ep-size", "--ep", dest="ep_size", type=int, default=1)
+    add("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--dist-init-addr", default=None)
+    add("--dist-timeout", type=int, default=None)
+    add("--chunked-prefill-size", type=int, default=8192)
+    add("--max-running-requests", type=int, default=None)
+    add("--max-prefill-tokens", type=int, default=16384)
+    add("--context-length", type=int, default=131072)
+    add("--disable-radix-cache", action="store_true")
+    add("--enable-mixed-chunk", action="store_true")
+    add("--kv-cache-dtype", default="auto")
+    add("--moe-runner-backend", default="auto")
+    add("--moe-a2a-backend", default="none")
+    add("--enable-metrics", action="store_true")
+    add("--trust-remote-code", action="store_true")
+    add("--mem-fraction-static", type=float, default=None)
+    add("--log-level", default="info")
+    add("--random-seed", type=int, default=None)
+    add("--api-key", default=None)
+    add("--mock-time-scale", type=float, default=1.0, help="cluster seconds per wall second")
+    add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
+    add("--mock-seed", type=int, default=0)
+    add("--mock-gpus-per-node", type=int, default=None)
+    add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
+    add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> MockArgs:
+    """Parse ``argv``; unknown flags (and their values) are kept, not rejected."""
+    namespace, unknown = _parser().parse_known_args(list(argv))
+    values = vars(namespace)
+    if values["served_model_name"] is None:
+        values["served_model_name"] = values["model_path"]
+    if values["mock_gpus_per_node"] is None:
+        gpus = values["tp_size"] * values["pp_size"]
+        values["mock_gpus_per_node"] = max(1, gpus // max(1, values["nnodes"]))
+    return MockArgs(values, unknown)

@@ -1,0 +1,106 @@
+"""Runs a :class:`ReplicaSim` in real time: cluster time -> wall time through the time scale.
+
+Wall time = cluster time / ``time_scale`` (``time_scale`` 40 plays 40 cluster seconds in one
+wall second). Each event is scheduled against an absolute wall deadline, so a late wake-up
+delays one event but never accumulates drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
+
+
+@dataclass
+class Stream:
+    """Tokens for one request, as the HTTP handler consumes them."""
+
+    request: SimRequest
+    queue: asyncio.Queue[TokenEvent]
+
+
+class Engine:
+    """Owns the simulation; HTTP handlers submit requests and read their token queues."""
+
+    def __init__(
+        self, sim: ReplicaSim, time_scale: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.sim, self.time_scale, self.clock = sim, time_scale, clock
+        self.origin = clock()
+        self.streams: dict[str, Stream] = {}
+        self.arrivals: list[tuple[str, int, int, float]] = []
+        self.wake = asyncio.Event()
+        self.emitted_tokens = 0
+        self.prompt_tokens_total = 0
+
+    def cluster_now(self) -> float:
+        return (self.clock() - self.origin) * self.time_scale
+
+    def submit(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> Stream:
+        """Queue a request at the current cluster time; tokens arrive on the stream's queue."""
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        at = max(self.cluster_now(), self.sim.now)
+        req = SimRequest(rid, prompt_tokens, max_new_tokens, at)  # placeholder until admitted
+        stream = Stream(req, queue)
+        self.streams[rid] = stream
+        self.arrivals.append((rid, prompt_tokens, max_new_tokens, at))
+        self.wake.set()
+        return stream
+
+    def abort(self, rid: str) -> None:
+        """The client went away: forget its stream and free its slot in the model."""
+        self.streams.pop(rid, None)
+        self.arrivals = [a for a in self.arrivals if a[0] != rid]
+        self.sim.abort(rid)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for r in self.sim.running if r.finished_at is None)
+
+    @property
+    def queued(self) -> int:
+        return len(self.sim.waiting) + len(self.arrivals)
+
+    async def run(self) -> None:
+        """The scheduler loop: sleep until the next event's wall deadline, then process it."""
+        while True:
+            nxt = self.sim.next_event_time()
+            if self.arrivals:
+                first = self.arrivals[0][3]
+                nxt = first if nxt is None else min(nxt, first)
+            if nxt is None:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            delay = self.origin + nxt / self.time_scale - self.clock()
+            if delay > 0:
+                self.wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay)
+                continue
+            self._process(nxt)
+
+    def _process(self, until: float) -> None:
+        while self.arrivals and self.arrivals[0][3] <= until:
+            rid, prompt, new, at = self.arrivals.pop(0)
+            self._dispatch(self.sim.advance(at))
+            req = self.sim.add(rid, prompt, new, at)
+            self.prompt_tokens_total += req.prompt_tokens
+            stream = self.streams.get(rid)
+            if stream is not None:
+                stream.request = req
+        self._dispatch(self.sim.advance(until))
+
+    def _dispatch(self, events: list[TokenEvent]) -> None:
+        for event in events:
+            self.emitted_tokens += event.count
+            stream = self.streams.get(event.rid)
+            if stream is not None:
+                stream.queue.put_nowait(event)
+                if event.finished:
+                    del self.streams[event.rid]

@@ -1,0 +1,153 @@
+"""Drop-in for ``python -m sglang.launch_server``: ``python -m pytest_kimi.mock.launch_server``.
+
+Takes SGLang's flags, joins the replica's nodes through a TCP rendezvous, and on node rank 0
+serves SGLang's HTTP API over the layout-aware performance model; other ranks serve a dummy
+``/health``, as SGLang's do. Logs in SGLang's style, ending start-up with its ready line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from pytest_kimi.mock.args import MockArgs, parse_args
+from pytest_kimi.mock.engine import Engine
+from pytest_kimi.mock.perfmodel import CostModel, Profile
+from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, join
+from pytest_kimi.mock.scheduler import ReplicaSim
+from pytest_kimi.mock.server import build_app, build_dummy_app
+
+log = logging.getLogger("sglang.mock")
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def build_engine(args: MockArgs) -> Engine:
+    """The performance model for this replica, from the flags and the profile."""
+    profile = Profile.from_mapping(args.profile)
+    cost = CostModel(
+        profile,
+        tp=args.tp_size,
+        pp=args.pp_size,
+        ep=args.ep_size,
+        gpus_per_node=args.mock_gpus_per_node,
+    )
+    sim = ReplicaSim(
+        cost,
+        chunk_size=args.chunked_prefill_size,
+        max_running=args.max_running_requests or profile.max_running_requests,
+        mixed_chunk=args.enable_mixed_chunk,
+        seed=args.mock_seed,
+        jitter=profile.jitter,
+    )
+    return Engine(sim, args.mock_time_scale)
+
+
+async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def _main(args: MockArgs) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    rank, nnodes = args.node_rank, args.nnodes
+    prefix = f"TP0 PP0 node{rank}"
+    log.info("[%s] server_args=%s", prefix, args.server_info())
+    if args.unknown:
+        log.info("[%s] flags not modelled by the mock (accepted): %s", prefix, args.unknown)
+    if nnodes > 1 and not args.dist_init_addr:
+        log.error("--nnodes %d needs --dist-init-addr", nnodes)
+        return 2
+    if rank > 0:
+        return await _worker_rank(args, stop, prefix)
+
+    engine = build_engine(args)
+    rendezvous = Rank0(args.dist_init_addr or "127.0.0.1:0", nnodes) if nnodes > 1 else None
+    if rendezvous is not None:
+        await rendezvous.start()
+        try:
+            await rendezvous.wait(args.mock_join_timeout)
+        except RendezvousError as exc:
+            log.error("[%s] %s", prefix, exc)
+            await rendezvous.close()
+            return 1
+    log.info(
+        "[%s] Load weight end. type=KimiMockForCausalLM, dtype=bfloat16 (mock, no weights)", prefix
+    )
+    if args.mock_startup_delay:
+        await asyncio.sleep(args.mock_startup_delay)
+    runner = await _serve(build_app(args, engine), args.host, args.port)
+    scheduler = asyncio.create_task(engine.run())
+    log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
+    log.info(READY_LINE)
+    waits = [asyncio.create_task(stop.wait()), scheduler]
+    if rendezvous is not None:
+        waits.append(asyncio.create_task(rendezvous.lost.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if rendezvous is not None and rendezvous.lost.is_set() and not stop.is_set():
+        log.error(
+            "[%s] NCCL error: connection to node rank %s lost; replica is down",
+            prefix,
+            rendezvous.lost_rank,
+        )
+        code = 1
+    if scheduler.done() and scheduler.exception() is not None:
+        log.error("[%s] scheduler crashed: %r", prefix, scheduler.exception())
+        code = 1
+    scheduler.cancel()
+    if rendezvous is not None:
+        await rendezvous.close()
+    await runner.cleanup()
+    log.info("[%s] shut down", prefix)
+    return code
+
+
+async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
+    try:
+        link, writer = await join(args.dist_init_addr, args.node_rank, args.mock_join_timeout)
+    except (RendezvousError, OSError) as exc:
+        log.error("[%s] %s", prefix, exc)
+        return 1
+    runner = await _serve(build_dummy_app(), args.host, args.port)
+    log.info("[%s] Dummy health server on http://%s:%d", prefix, args.host, args.port)
+    lost = asyncio.create_task(link.read())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait([lost, stopped], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if lost.done() and not stop.is_set():
+        log.error("[%s] NCCL error: lost rank 0; exiting", prefix)
+        code = 1
+    for task in (lost, stopped):
+        task.cancel()
+    writer.close()
+    await runner.cleanup()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        stream=sys.stdout,
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_main(args))
+    return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""A continuous-batching scheduler like SGLang's, run as a discrete-event simulation.
+
+It knows nothing of wall time or HTTP: requests arrive at cluster times, batches are formed
+whenever pipeline stage 0 is free, and :meth:`ReplicaSim.advance` returns the tokens that
+finished at each event. The same object drives the live mock server (through
+:mod:`pytest_kimi.mock.engine`) and offline simulations in tests, so both agree exactly.
+
+Scheduling rules (SGLang's defaults, radix cache off):
+* a FIFO waiting queue; at most ``max_running_requests`` requests admitted;
+* prefill in chunks of at most ``chunk_size`` tokens per batch, one partially-prefilled request
+  at a time; a request's last prefill chunk yields its first token;
+* without ``mixed_chunk`` a batch is either prefill or decode, prefill first (SGLang's default);
+  with it (``--enable-mixed-chunk``) running decodes ride along with the prefill chunk;
+* with PP, up to ``pp`` micro-batches are in flight; a request sits in at most one of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from pytest_kimi.mock.perfmodel import CostModel, Prefill
+
+
+@dataclass
+class SimRequest:
+    """Model-side state and ground truth of one request (cluster seconds)."""
+
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int
+    arrival: float
+    prefilled: int = 0
+    generated: int = 0
+    in_flight: bool = False
+    admitted_at: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_at: float | None = None
+
+    @property
+    def first_token_at(self) -> float | None:
+        return self.token_times[0] if self.token_times else None
+
+    def ground_truth(self) -> dict:
+        return {
+            "rid": self.rid,
+            "prompt_tokens": self.prompt_tokens,
+            "arrival": self.arrival,
+            "admitted": self.admitted_at,
+            "first_token": self.first_token_at,
+            "token_times": list(self.token_times),
+            "finished": self.finished_at,
+        }
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """``count`` new tokens for ``rid`` at cluster time ``time``."""
+
+    rid: str
+    time: float
+    count: int
+    generated: int
+    finished: bool
+
+
+@dataclass
+class _Batch:
+    prefills: list[tuple[SimRequest, int]]
+    decodes: list[SimRequest]
+    done_at: float = 0.0
+    seq: int = 0
+
+    def __lt__(self, other: _Batch) -> bool:
+        return (self.done_at, self.seq) < (other.done_at, other.seq)
+
+
+class ReplicaSim:
+    """One replica's scheduler over a cost model."""
+
+    def __init__(
+        self,
+        cost: CostModel,
+        *,
+        chunk_size: int,
+        max_running: int,
+        mixed_chunk: bool = False,
+        seed: int = 0,
+        jitter: float = 0.0,
+    ) -> None:
+        self.cost, self.chunk_size, self.max_running = cost, chunk_size, max_running
+        self.mixed_chunk, self.jitter = mixed_chunk, jitter
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []  # admitted: prefilling or decoding
+        self.requests: dict[str, SimRequest] = {}
+        self.stage_free = [0.0] * cost.pp
+        self.in_flight: list[_Batch] = []
+        self.steps = 0
+
+    # -- inputs --------------------------------------------------------------------------
+    def add(self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float) -> SimRequest:
+        """A request arrives at cluster time ``at`` (not before :attr:`now`)."""
+        req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
+        self.requests[rid] = req
+        self.waiting.append(req)
+        return req
+
+    def abort(self, rid: str) -> None:
+        """Drop a request whose client went away (SGLang aborts it too)."""
+        req = self.requests.get(rid)
+        if req is None or req.finished_at is not None:
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running and not req.in_flight:
+            self.running.remove(req)
+        req.finished_at = self.now
+        req.max_new_tokens = req.generated
+
+    # -- event loop ------------------------------------------------------------------------
+    def next_event_time(self) -> float | None:
+        """Cluster time of the next batch completion or batch start, if any."""
+        times = [b.done_at for b in self.in_flight]
+        if self._has_work():
+            times.append(max(self.now, self.stage_free[0]))
+        return min(times) if times else None
+
+    def advance(self, until: float) -> list[TokenEvent]:
+        """Process every event up to cluster time ``until``; return emitted tokens."""
+        events: list[TokenEvent] = []
+        while True:
+            nxt = self.next_event_time()
+            if nxt is None or nxt > until:
+                break
+            self.now = max(self.now, nxt)
+            while self.in_flight and self.in_flight[0].done_at <= self.now:
+                events.extend(self._complete(heapq.heappop(self.in_flight)))
+            if self.stage_free[0] <= self.now and len(self.in_flight) < self.cost.pp:
+                self._launch()
+        self.now = max(self.now, until)
+        return events
+
+    # -- internals ---------------------------------------------------------------------------
+    def _has_work(self) -> bool:
+        if len(self.in_flight) >= self.cost.pp:
+            return False
+        if any(self._can_decode(r) or self._can_prefill(r) for r in self.running):
+            return True
+        return bool(self.waiting) and len(self.running) < self.max_running
+
+    @staticmethod
+    def _can_decode(req: SimRequest) -> bool:
+        return not req.in_flight and req.generated > 0 and req.finished_at is None
+
+    @staticmethod
+    def _can_prefill(req: SimRequest) -> bool:
+        return not req.in_flight and req.prefilled < req.prompt_tokens and req.finished_at is None
+
+    def _launch(self) -> None:
+        prefills = self._take_prefill()
+        decodes: list[SimRequest] = []
+        if not prefills or self.mixed_chunk:
+            decodes = [r for r in self.running if self._can_decode(r)]
+        if not prefills and not decodes:
+            return
+        batch = _Batch(prefills, decodes, seq=self.steps)
+        self.steps += 1
+        for req, _ in prefills:
+            req.in_flight = True
+        for req in decodes:
+            req.in_flight = True
+        chunks = [Prefill(n, req.prefilled) for req, n in prefills]
+        contexts = [r.prompt_tokens + r.generated for r in decodes]
+        tokens = sum(n for _, n in prefills) + len(decodes)
+        stage = self.cost.stage_time(chunks, contexts) * self._noise()
+        t = self.now
+        for s in range(self.cost.pp):
+            start = max(t, self.stage_free[s])
+            self.stage_free[s] = start + stage
+            t = start + stage
+            if s + 1 < self.cost.pp:
+                t += self.cost.hop_time(tokens, s)
+        batch.done_at = t
+        heapq.heappush(self.in_flight, batch)
+
+    def _take_prefill(self) -> list[tuple[SimRequest, int]]:
+        budget = self.chunk_size
+        out: list[tuple[SimRequest, int]] = []
+        for req in self.running:  # a partially prefilled request continues first
+            if self._can_prefill(req) and budget > 0:
+                n = min(budget, req.prompt_tokens - req.prefilled)
+                out.append((req, n))
+                budget -= n
+        chunked = any(r.prefilled + n < r.prompt_tokens for r, n in out)
+        while self.waiting and budget > 0 and not chunked:
+            if len(self.running) >= self.max_running:
+                break
+            req = self.waiting.pop(0)
+            req.admitted_at = self.now
+            self.running.append(req)
+            n = min(budget, req.prompt_tokens)
+            out.append((req, n))
+            budget -= n
+            chunked = n < req.prompt_tokens
+        return out
+
+    def _noise(self) -> float:
+        if self.jitter <= 0:
+            return 1.0
+        return max(0.5, self.rng.gauss(1.0, self.jitter))
+
+    def _complete(self, batch: _Batch) -> list[TokenEvent]:
+        events = []
+        for req, n in batch.prefills:
+            req.in_flight = False
+            req.prefilled += n
+            if req.prefilled == req.prompt_tokens and req.finished_at is None:
+                events.append(self._emit(req, batch.done_at))
+        for req in batch.decodes:
+            req.in_flight = False
+            if req.finished_at is None:
+                events.append(self._emit(req, batch.done_at))
+        for req, _ in batch.prefills:
+            self._maybe_drop(req)
+        for req in batch.decodes:
+            self._maybe_drop(req)
+        return events
+
+    def _emit(self, req: SimRequest, at: float) -> TokenEvent:
+        req.generated += 1
+        req.token_times.append(at)
+        finished = req.generated >= req.max_new_tokens
+        if finished:
+            req.finished_at = at
+        return TokenEvent(req.rid, at, 1, req.generated, finished)
+
+    def _maybe_drop(self, req: SimRequest) -> None:
+        if req.finished_at is not None and req in self.running:
+            self.running.remove(req)

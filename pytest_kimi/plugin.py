@@ -1,0 +1,231 @@
+"""pytest glue: options, parametrization by layout, fixtures, JUnit properties, summary.
+
+Options and ini keys only; the work happens in :mod:`pytest_kimi.session`. A layout is a
+session-scoped parameter, so pytest runs all of one layout's tests against one deployment,
+tears it down, and only then brings up the next layout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.config import Layout
+from pytest_kimi.report.comparison import LayoutResult, render_text
+from pytest_kimi.session import KimiSession, Options, UsageProblem
+
+SESSION_KEY = pytest.StashKey[KimiSession]()
+OPTIONS_KEY = pytest.StashKey[Options]()
+DEFAULT_CLUSTER = "clusters/local.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kimi", "pytest-kimi: LLM-serving benchmarks as tests")
+    group.addoption(
+        "--layout",
+        dest="kimi_layout",
+        default=None,
+        help="comma-separated layouts to benchmark, as named in the cluster file "
+        "(e.g. tp32,pp8); the first is the comparison's reference. Default: all.",
+    )
+    group.addoption(
+        "--cluster",
+        dest="kimi_cluster",
+        default=None,
+        help=f"cluster YAML file (default: {DEFAULT_CLUSTER}, the embedded mock backend)",
+    )
+    group.addoption(
+        "--kimi-report-dir",
+        dest="kimi_report_dir",
+        default=None,
+        help="where result directories are written (default: reports/)",
+    )
+    group.addoption(
+        "--kimi-slo",
+        dest="kimi_slo",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an SLO, repeatable: ttft_p95=25s, tpot_p95=150ms, success_rate=1",
+    )
+    group.addoption(
+        "--kimi-endpoint",
+        dest="kimi_endpoint",
+        default=None,
+        metavar="URL",
+        help="attach to an already running deployment at URL (no bring-up or teardown)",
+    )
+    group.addoption(
+        "--kimi-dry-run",
+        dest="kimi_dry_run",
+        action="store_true",
+        help="print the exact launch commands per layout and node, start nothing, exit",
+    )
+    parser.addini("kimi_layout", "default for --layout")
+    parser.addini("kimi_cluster", "default for --cluster")
+    parser.addini("kimi_report_dir", "default for --kimi-report-dir")
+    parser.addini("kimi_slo", "SLO overrides, one NAME=VALUE per line", type="linelist")
+    parser.addini("kimi_endpoint", "default for --kimi-endpoint")
+
+
+def _opt(config: pytest.Config, name: str) -> str | None:
+    value = config.getoption(name)
+    return value if value else (config.getini(name) or None)
+
+
+def _options(config: pytest.Config) -> Options:
+    root = Path(config.rootpath)
+    cluster = Path(_opt(config, "kimi_cluster") or DEFAULT_CLUSTER)
+    if not cluster.is_absolute() and not cluster.exists():
+        cluster = root / cluster
+    layouts = tuple(n.strip() for n in (_opt(config, "kimi_layout") or "").split(",") if n.strip())
+    report = Path(_opt(config, "kimi_report_dir") or root / "reports")
+    slos = (*config.getini("kimi_slo"), *config.getoption("kimi_slo"))
+    return Options(cluster, layouts, report, tuple(slos), _opt(config, "kimi_endpoint"))
+
+
+def _explicit(config: pytest.Config) -> bool:
+    return (
+        any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
+        or bool(config.getoption("kimi_slo"))
+        or config.getoption("kimi_dry_run")
+    )
+
+
+def _say(config: pytest.Config):
+    """Progress lines that reach the terminal even while output is captured."""
+
+    def say(message: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(message)
+        else:
+            reporter.write_line(message)
+
+    return say
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kimi: a pytest-kimi benchmark test")
+    config.stash[OPTIONS_KEY] = _options(config)
+    if _explicit(config):
+        session = _session(config)  # validate now: bad input is a usage error up front
+        if config.getoption("kimi_dry_run"):
+            _dry_run(session)
+            pytest.exit("dry run: nothing was started", returncode=0)
+
+
+def _dry_run(session: KimiSession) -> None:
+    for layout in session.layouts:
+        profile = (
+            Path("<run-dir>", layout.name, "mock_profile.json") if session.cluster.mock else None
+        )
+        print(session.plan(layout, profile).describe(), end="\n\n")
+
+
+def _session(config: pytest.Config) -> KimiSession:
+    if SESSION_KEY not in config.stash:
+        try:
+            session = KimiSession.load(config.stash[OPTIONS_KEY], _say(config))
+        except UsageProblem as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config.stash[SESSION_KEY] = session
+    return config.stash[SESSION_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kimi_layout" not in metafunc.fixturenames:
+        return
+    session = _session(metafunc.config)
+    metafunc.parametrize(
+        "kimi_layout",
+        list(session.layouts),
+        indirect=True,
+        scope="session",
+        ids=[layout.name for layout in session.layouts],
+    )
+
+
+@pytest.fixture(scope="session")
+def kimi_session(pytestconfig: pytest.Config) -> KimiSession:
+    """The run: validated cluster, layouts, workload, SLOs and results so far."""
+    return _session(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def kimi_layout(request: pytest.FixtureRequest) -> Layout:
+    """The layout under test (parametrized from ``--layout``)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def kimi_endpoint(kimi_session: KimiSession, kimi_layout: Layout) -> Iterator[str]:
+    """The router URL of the layout's running deployment; torn down after its tests."""
+    with kimi_session.deployment(kimi_layout) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def kimi_result(kimi_session: KimiSession, kimi_layout: Layout, kimi_endpoint: str) -> LayoutResult:
+    """The workload, run once per layout: records, summary and SLO verdicts."""
+    return kimi_session.measure(kimi_layout, kimi_endpoint)
+
+
+@pytest.fixture
+def speedbench(kimi_result: LayoutResult, record_property) -> LayoutResult:
+    """The layout's result, with its metrics attached to this test's JUnit properties."""
+    record_property("layout", kimi_result.name)
+    record_property("layout_label", kimi_result.label)
+    if kimi_result.summary is not None:
+        for name, value in kimi_result.summary.to_dict().items():
+            if isinstance(value, int | float) and not (
+                isinstance(value, float) and math.isnan(value)
+            ):
+                record_property(name, value)
+    return kimi_result
+
+
+@pytest.fixture
+def kimi_slo(kimi_session: KimiSession):
+    """Look up a configured SLO by name (``kimi_slo("ttft_p95")``)."""
+
+    def get(name: str):
+        try:
+            return kimi_session.slos[name]
+        except KeyError:
+            known = ", ".join(kimi_session.slos) or "none"
+            pytest.fail(f"no SLO named {name!r} is configured (configured: {known})")
+
+    return get
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    kimi = session.config.stash.get(SESSION_KEY, None)
+    if kimi is not None and kimi.results:
+        kimi.write_comparison()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    kimi = config.stash.get(SESSION_KEY, None)
+    if kimi is None or not kimi.results:
+        return
+    model = kimi.comparison()
+    if model is None:
+        return
+    terminalreporter.write_sep("=", "pytest-kimi layout comparison")
+    terminalreporter.write_line(render_text(model))
+    for result in kimi.results.values():
+        for verdict in result.verdicts:
+            terminalreporter.write_line(f"{result.name}: {verdict.message()}")
+        if result.error:
+            terminalreporter.write_line(
+                f"{result.name}: not measured: {result.error.splitlines()[0]}"
+            )
+    terminalreporter.write_line(f"report: {kimi.run_dir / 'comparison.md'}")

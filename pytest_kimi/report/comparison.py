@@ -1,0 +1,193 @@
+"""The A/B comparison: the seed report's table for any number of layouts.
+
+One report model (:func:`build_comparison`, plain JSON-able data) and renderers over it
+(Markdown for ``comparison.md``, aligned text for the terminal). The first layout is the
+reference; every other layout gets a relative-delta column against it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_kimi.metrics import Summary
+from pytest_kimi.slo import Verdict, format_value
+
+
+@dataclass
+class LayoutResult:
+    """What one layout's run produced (or why it produced nothing)."""
+
+    name: str
+    label: str
+    summary: Summary | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    error: str = ""
+    result_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# (metric name for Summary.metric, row label, unit)
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("completed", "Successful requests", "count"),
+    ("failed", "Failed requests", "count"),
+    ("duration", "Benchmark duration", "s"),
+    ("input_throughput", "Input TPS", "tok/s"),
+    ("output_throughput", "Output TPS", "tok/s"),
+    ("total_throughput", "Total TPS", "tok/s"),
+    ("ttft_mean", "TTFT mean", "ms"),
+    ("ttft_median", "TTFT median", "ms"),
+    ("ttft_p95", "TTFT p95", "ms"),
+    ("ttft_p99", "TTFT p99", "ms"),
+    ("tpot_mean", "TPOT mean", "ms"),
+    ("tpot_median", "TPOT median", "ms"),
+    ("tpot_p95", "TPOT p95", "ms"),
+    ("e2e_mean", "E2E mean", "ms"),
+    ("e2e_p95", "E2E p95", "ms"),
+    ("peak_concurrency", "Peak concurrent requests (exact)", "count"),
+)
+
+
+def _value(summary: Summary | None, metric: str) -> float | None:
+    if summary is None:
+        return None
+    value = summary.metric(metric)
+    return None if math.isnan(value) else float(value)
+
+
+def relative_delta(value: float | None, reference: float | None) -> float | None:
+    if value is None or reference is None or reference == 0:
+        return None
+    return (value - reference) / reference
+
+
+def build_comparison(
+    results: Sequence[LayoutResult], *, run_id: str, backend: str, time_scale: float
+) -> dict[str, Any]:
+    """The report model: rows of values per layout and deltas against the first layout."""
+    if not results:
+        raise ValueError("no layout results to compare")
+    ref = results[0]
+    rows = []
+    for metric, label, unit in ROWS:
+        values = {r.name: _value(r.summary, metric) for r in results}
+        deltas = {r.name: relative_delta(values[r.name], values[ref.name]) for r in results[1:]}
+        rows.append(
+            {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}
+        )
+    layouts = []
+    for r in results:
+        layouts.append(
+            {
+                "name": r.name,
+                "label": r.label,
+                "result_dir": r.result_dir,
+                "error": r.error,
+                "notes": list(r.notes),
+                "summary": r.summary.to_dict() if r.summary else None,
+                "slo": [
+                    {
+                        "name": v.slo.name,
+                        "limit": v.slo.limit,
+                        "unit": v.slo.unit,
+                        "upper_bound": v.slo.upper,
+                        "measured": None if math.isnan(v.measured) else v.measured,
+                        "passed": v.passed,
+                        "source": v.slo.source,
+                    }
+                    for v in r.verdicts
+                ],
+            }
+        )
+    return {
+        "run_id": run_id,
+        "backend": backend,
+        "time_scale": time_scale,
+        "reference": ref.name,
+        "layouts": layouts,
+        "rows": rows,
+    }
+
+
+def _cell(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ms":
+        return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.2f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "count":
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+def _delta(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2%}"
+
+
+def _table(model: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    names = [layout["name"] for layout in model["layouts"]]
+    labels = {layout["name"]: layout["label"] for layout in model["layouts"]}
+    ref = model["reference"]
+    header = ["metric", *[f"{n} ({labels[n]})" for n in names]]
+    header += [f"{n} vs {ref}" for n in names[1:]]
+    body = []
+    for row in model["rows"]:
+        cells = [row["label"], *[_cell(row["values"][n], row["unit"]) for n in names]]
+        cells += [_delta(row["delta"][n]) for n in names[1:]]
+        body.append(cells)
+    return header, body
+
+
+def backend_label(model: dict[str, Any]) -> str:
+    if model["backend"] == "mock":
+        return f"mock backend, time scale 1:{model['time_scale']:g} (figures in cluster time)"
+    return f"{model['backend']} backend"
+
+
+def render_markdown(model: dict[str, Any]) -> str:
+    header, body = _table(model)
+    lines = [
+        f"# Layout comparison: {model['run_id']}",
+        "",
+        f"Backend: {backend_label(model)}. Reference layout: `{model['reference']}`; "
+        "deltas are relative to it.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    lines += ["", "## SLO verdicts", ""]
+    for layout in model["layouts"]:
+        if layout["error"]:
+            lines.append(f"- **{layout['name']}**: not measured: {layout['error'].splitlines()[0]}")
+            continue
+        for slo in layout["slo"]:
+            measured = format_value(
+                float("nan") if slo["measured"] is None else slo["measured"], slo["unit"]
+            )
+            op = "<=" if slo["upper_bound"] else ">="
+            state = "PASS" if slo["passed"] else "FAIL"
+            limit = format_value(slo["limit"], slo["unit"])
+            lines.append(
+                f"- **{layout['name']}** {slo['name']} {op} {limit}: {state} (measured {measured})"
+            )
+    notes = [(layout["name"], n) for layout in model["layouts"] for n in layout["notes"]]
+    if notes:
+        lines += ["", "## Notes", ""]
+        lines += [f"- **{name}**: {note}" for name, note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_text(model: dict[str, Any]) -> str:
+    """Aligned plain text for pytest's terminal summary."""
+    header, body = _table(model)
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    out = [f"{backend_label(model)}; reference {model['reference']}"]
+    for row in [header, *body]:
+        first = row[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        out.append("  ".join([first, *rest]))
+    return "\n".join(out)

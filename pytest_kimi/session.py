@@ -1,0 +1,312 @@
+"""Run-wide state and the work of one layout: bring-up, measured run, teardown, results.
+
+The pytest glue (:mod:`pytest_kimi.plugin`) only decides *when*; this module does the work,
+so the same steps can run outside pytest. Everything a run produces lands in the result
+directory as soon as it exists: a failed run still leaves its logs, records and a report
+saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pytest_kimi import slo as slo_mod
+from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
+from pytest_kimi.deploy.deployment import Deployment
+from pytest_kimi.deploy.executor import LocalExecutor
+from pytest_kimi.deploy.plan import MOCK_MODULE, DeploymentPlan, plan_deployment
+from pytest_kimi.metrics import summarize
+from pytest_kimi.mock.perfmodel import Profile
+from pytest_kimi.report.comparison import (
+    LayoutResult,
+    build_comparison,
+    render_markdown,
+)
+from pytest_kimi.report.resultdir import (
+    client_environment,
+    make_run_dir,
+    new_run_id,
+    write_json,
+    write_text,
+)
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.dataset import DatasetError, Workload, load_workload, resolve_dataset
+from pytest_kimi.workload.records import RequestRecord, write_records
+
+
+class UsageProblem(ValueError):
+    """Bad input found before anything started: shown as pytest's usage error."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The ``--layout`` / ``--cluster`` / ``--kimi-*`` options, resolved."""
+
+    cluster_path: Path
+    layouts: tuple[str, ...]  # empty: every layout of the cluster
+    report_dir: Path
+    slo_overrides: tuple[str, ...] = ()
+    endpoint: str | None = None
+
+
+@dataclass
+class KimiSession:
+    """Validated inputs plus the results gathered so far."""
+
+    options: Options
+    cluster: ClusterConfig
+    layouts: tuple[Layout, ...]
+    slos: dict[str, slo_mod.Slo]
+    workload: Workload
+    say: Callable[[str], None] = print
+    results: dict[str, LayoutResult] = field(default_factory=dict)
+    _run_dir: Path | None = None
+
+    # -- inputs ----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, options: Options, say: Callable[[str], None] = print) -> KimiSession:
+        """Validate everything up front; problems raise :class:`UsageProblem`."""
+        try:
+            cluster = load_cluster(options.cluster_path)
+            names = options.layouts or tuple(cluster.layouts)
+            layouts = tuple(cluster.layout(name) for name in names)
+            if cluster.mock is not None:
+                _check_profile(cluster)
+            slos = slo_mod.merge(
+                slo_mod.from_mapping(cluster.slo, str(cluster.path)),
+                [slo_mod.parse_assignment(s, "--kimi-slo") for s in options.slo_overrides],
+            )
+            wl = cluster.workload
+            dataset = resolve_dataset(wl.dataset, cluster.path.parent)
+            workload = load_workload(
+                dataset,
+                num_requests=wl.num_requests + wl.warmup_requests,
+                seed=wl.seed,
+                category=wl.category,
+            )
+        except (ConfigError, DatasetError, slo_mod.SloError) as exc:
+            raise UsageProblem(str(exc)) from None
+        if cluster.executor != "local" and not options.endpoint:
+            raise UsageProblem(
+                f"{cluster.path}: executor {cluster.executor!r}: bring-up over SSH is not "
+                "available yet; start the deployment yourself and pass --kimi-endpoint URL"
+            )
+        if options.endpoint and len(layouts) != 1:
+            raise UsageProblem(
+                "--kimi-endpoint attaches to one running deployment: pass one --layout"
+            )
+        return cls(options, cluster, layouts, slos, workload, say)
+
+    @property
+    def backend(self) -> str:
+        if self.options.endpoint:
+            return "attached"
+        return "mock" if self.cluster.server.module == MOCK_MODULE else "sglang"
+
+    @property
+    def time_scale(self) -> float:
+        return self.cluster.time_scale if self.backend == "mock" else 1.0
+
+    @property
+    def run_dir(self) -> Path:
+        if self._run_dir is None:
+            run_id = new_run_id(self.cluster.name, self.cluster.replicas)
+            self._run_dir = make_run_dir(self.options.report_dir, run_id)
+        return self._run_dir
+
+    def layout_dir(self, layout: Layout) -> Path:
+        path = self.run_dir / layout.name
+        (path / "logs").mkdir(parents=True, exist_ok=True)
+        return path
+
+    def plan(self, layout: Layout, profile_path: Path | None = None) -> DeploymentPlan:
+        return plan_deployment(self.cluster, layout, mock_profile_path=profile_path)
+
+    # -- one layout --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def deployment(self, layout: Layout) -> Iterator[str]:
+        """Bring the layout up (unless attached), yield the router URL, always tear down."""
+        out = self.layout_dir(layout)
+        result = self.results.setdefault(layout.name, LayoutResult(layout.name, layout.label))
+        result.result_dir = str(out)
+        if self.options.endpoint:
+            self._write_manifest(layout, None)
+            yield self.options.endpoint
+            return
+        profile_path = None
+        if self.cluster.mock is not None:
+            profile_path = out / "mock_profile.json"
+            write_json(profile_path, dict(self.cluster.mock.profile))
+        plan = self.plan(layout, profile_path)
+        self._write_manifest(layout, plan)
+        dep = Deployment(
+            plan,
+            LocalExecutor(),
+            out / "logs",
+            timeout_s=self.cluster.startup_timeout_s,
+            progress=lambda m: self.say(f"[kimi {layout.name}] {m}"),
+        )
+        try:
+            self.say(f"[kimi {layout.name}] bringing up {layout.label} x{self.cluster.replicas}")
+            dep.start()
+            self._warm_replicas(plan)
+            yield plan.endpoint
+        except BaseException as exc:
+            if not result.error:
+                result.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            leftovers = dep.stop()
+            self.say(f"[kimi {layout.name}] torn down; logs in {out / 'logs'}")
+            if leftovers:
+                result.notes.append(
+                    "processes left running after teardown: " + ", ".join(leftovers)
+                )
+            self._write_summary(layout)
+
+    def _warm_replicas(self, plan: DeploymentPlan) -> None:
+        """One short request per replica, straight to rank 0 (not through the router)."""
+        body = {"text": "warm up", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
+        with httpx.Client(timeout=600.0, trust_env=False) as http:
+            for spec in plan.rank0():
+                response = http.post(spec.url + "/generate", json=body)
+                response.raise_for_status()
+
+    def measure(self, layout: Layout, endpoint: str) -> LayoutResult:
+        """Run the workload once through ``endpoint``; write records and summary."""
+        result = self.results.setdefault(layout.name, LayoutResult(layout.name, layout.label))
+        out = self.layout_dir(layout)
+        wl = self.cluster.workload
+        prompts = [RequestSpec(p.id, p.text, wl.input_len) for p in self.workload.prompts]
+        warmup, measured = prompts[: wl.warmup_requests], prompts[wl.warmup_requests :]
+        options = ClientOptions(
+            api=wl.api,
+            output_len=wl.output_len,
+            concurrency=wl.concurrency,
+            request_rate=wl.request_rate * self.time_scale,
+            timeout_s=wl.request_timeout_s / self.time_scale,
+            model=self.cluster.server.model_path,
+            seed=wl.seed,
+        )
+        done = 0
+
+        def progress(record: RequestRecord) -> None:
+            nonlocal done
+            done += 1
+            if done % 10 == 0 or done == len(measured):
+                self.say(f"[kimi {layout.name}] {done}/{len(measured)} requests done")
+
+        started = time.monotonic()
+        records = asyncio.run(
+            run_requests(endpoint, measured, options, warmup=warmup, on_done=progress)
+        )
+        write_records(out / "records.jsonl", records)
+        result.summary = summarize(records, time_scale=self.time_scale)
+        result.verdicts = [slo_mod.evaluate(s, result.summary) for s in self.slos.values()]
+        self.say(
+            f"[kimi {layout.name}] measured {len(measured)} requests in "
+            f"{time.monotonic() - started:.1f}s wall"
+        )
+        self._write_summary(layout)
+        return result
+
+    # -- files -------------------------------------------------------------------------------
+    def _write_manifest(self, layout: Layout, plan: DeploymentPlan | None) -> None:
+        manifest: dict[str, Any] = {
+            "run_id": self.run_dir.name,
+            "layout": {"name": layout.name, "tp": layout.tp, "pp": layout.pp, "ep": layout.ep},
+            "cluster": {"name": self.cluster.name, "file": str(self.cluster.path)},
+            "backend": self.backend,
+            "time_scale": self.time_scale,
+            "replicas": self.cluster.replicas,
+            "nodes_per_replica": self.cluster.nodes_per_replica,
+            "workload": {
+                **{
+                    k: getattr(self.cluster.workload, k)
+                    for k in (
+                        "num_requests",
+                        "input_len",
+                        "output_len",
+                        "concurrency",
+                        "warmup_requests",
+                        "api",
+                        "seed",
+                        "category",
+                        "request_timeout_s",
+                    )
+                },
+                "request_rate": str(self.cluster.workload.request_rate),
+                "dataset": self.workload.manifest(),
+            },
+            "slo": {name: s.describe() for name, s in self.slos.items()},
+            "client": client_environment(),
+            "endpoint": self.options.endpoint,
+        }
+        if plan is not None:
+            manifest["processes"] = [
+                {
+                    "name": p.name,
+                    "node": p.node.name,
+                    "host": p.node.host,
+                    "role": p.role,
+                    "replica": p.replica,
+                    "rank": p.rank,
+                    "command": p.command_line(),
+                }
+                for p in plan.processes
+            ]
+            manifest["router_url"] = plan.endpoint
+        write_json(self.layout_dir(layout) / "manifest.json", manifest)
+
+    def _write_summary(self, layout: Layout) -> None:
+        result = self.results[layout.name]
+        data: dict[str, Any] = {
+            "layout": layout.name,
+            "label": layout.label,
+            "backend": self.backend,
+            "time_scale": self.time_scale,
+            "complete": result.summary is not None and not result.error,
+            "error": result.error,
+            "notes": result.notes,
+        }
+        if result.summary is not None:
+            data.update(result.summary.to_dict())
+            data["slo"] = [
+                {"name": v.slo.name, "passed": v.passed, "message": v.message()}
+                for v in result.verdicts
+            ]
+        write_json(self.layout_dir(layout) / "summary.json", data)
+
+    def comparison(self) -> dict[str, Any] | None:
+        results = [
+            self.results[layout.name] for layout in self.layouts if layout.name in self.results
+        ]
+        if not results:
+            return None
+        return build_comparison(
+            results, run_id=self.run_dir.name, backend=self.backend, time_scale=self.time_scale
+        )
+
+    def write_comparison(self) -> dict[str, Any] | None:
+        model = self.comparison()
+        if model is not None:
+            write_json(self.run_dir / "comparison.json", model)
+            write_text(self.run_dir / "comparison.md", render_markdown(model))
+        return model
+
+
+def _check_profile(cluster: ClusterConfig) -> None:
+    assert cluster.mock is not None
+    try:
+        Profile.from_mapping(cluster.mock.profile)
+    except ValueError as exc:
+        key = str(exc).split(":", 1)[0]
+        raise cluster.source.error(f"mock.profile.{key}", str(exc).split(": ", 1)[-1]) from None

@@ -1,0 +1,130 @@
+"""SLO specs (``ttft_p95=25s``) and their verdicts against a run's summary.
+
+Latency SLOs are upper bounds in milliseconds ("25s", "150ms" or a bare number of ms);
+throughputs, success rate and goodput are lower bounds. A verdict carries the measured value,
+the limit and the margin, so a failure message says by how much.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pytest_kimi.metrics import Summary
+
+_LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_(mean|median|std|min|max|p\d+(?:\.\d+)?)$")
+_LOWER_BOUND = {
+    "success_rate": "",
+    "request_throughput": "req/s",
+    "input_throughput": "tok/s",
+    "output_throughput": "tok/s",
+    "total_throughput": "tok/s",
+    "completed": "",
+}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s|min)?\s*$")
+_UNIT_MS = {None: 1.0, "ms": 1.0, "s": 1000.0, "min": 60000.0}
+
+
+class SloError(ValueError):
+    """An SLO that cannot be understood; the message names it and where it came from."""
+
+
+@dataclass(frozen=True)
+class Slo:
+    """``metric`` must stay below (latency) or above (throughput) ``limit``."""
+
+    name: str
+    limit: float
+    upper: bool
+    unit: str
+    source: str
+
+    def describe(self) -> str:
+        op = "<=" if self.upper else ">="
+        return f"{self.name} {op} {format_value(self.limit, self.unit)}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one SLO on one layout."""
+
+    slo: Slo
+    measured: float
+
+    @property
+    def passed(self) -> bool:
+        if math.isnan(self.measured):
+            return False
+        return (
+            self.measured <= self.slo.limit if self.slo.upper else self.measured >= self.slo.limit
+        )
+
+    @property
+    def margin(self) -> float:
+        """Positive when passing: how far the measurement is from the limit."""
+        diff = self.slo.limit - self.measured
+        return diff if self.slo.upper else -diff
+
+    def message(self) -> str:
+        unit = self.slo.unit
+        state = "met" if self.passed else "VIOLATED"
+        rel = f" ({self.margin / self.slo.limit:+.1%})" if self.slo.limit else ""
+        return (
+            f"SLO {self.slo.describe()} {state}: measured {format_value(self.measured, unit)}, "
+            f"margin {format_value(self.margin, unit)}{rel} [from {self.slo.source}]"
+        )
+
+
+def format_value(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if unit == "ms":
+        return f"{value / 1000:.2f} s" if abs(value) >= 1000 else f"{value:.1f} ms"
+    return f"{value:.4g} {unit}".rstrip()
+
+
+def parse_slo(name: str, value: str | float, source: str) -> Slo:
+    """One SLO from ``name`` and a value such as ``25s``, ``150ms`` or ``0.99``."""
+    name = name.strip()
+    text = str(value).strip()
+    if _LATENCY.match(name):
+        match = _DURATION.match(text)
+        if not match:
+            raise SloError(f"{source}: SLO {name}={text!r}: expected a duration like 25s or 150ms")
+        return Slo(name, float(match.group(1)) * _UNIT_MS[match.group(2)], True, "ms", source)
+    if name in _LOWER_BOUND:
+        try:
+            limit = float(text)
+        except ValueError:
+            raise SloError(f"{source}: SLO {name}={text!r}: expected a number") from None
+        return Slo(name, limit, False, _LOWER_BOUND[name], source)
+    known = "ttft_/tpot_/itl_/e2e_ + mean|median|pNN, " + ", ".join(_LOWER_BOUND)
+    raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})")
+
+
+def parse_assignment(text: str, source: str) -> Slo:
+    """``NAME=VALUE`` from the command line or an ini file."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise SloError(f"{source}: expected NAME=VALUE (e.g. ttft_p95=25s), got {text!r}")
+    return parse_slo(name, value, source)
+
+
+def merge(*layers: Iterable[Slo]) -> dict[str, Slo]:
+    """Later layers override earlier ones by name (YAML, then ini, then command line)."""
+    out: dict[str, Slo] = {}
+    for layer in layers:
+        for slo in layer:
+            out[slo.name] = slo
+    return out
+
+
+def from_mapping(values: Mapping[str, str], source: str) -> list[Slo]:
+    return [parse_slo(name, value, f"{source} slo.{name}") for name, value in values.items()]
+
+
+def evaluate(slo: Slo, summary: Summary) -> Verdict:
+    """Measure ``slo``'s metric on ``summary`` (NaN when nothing was measured: a failure)."""
+    return Verdict(slo, summary.metric(slo.name))

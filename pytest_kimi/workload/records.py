@@ -1,0 +1,81 @@
+"""Per-request records: what the client saw, one line of ``records.jsonl`` each.
+
+Times are seconds on the client's monotonic clock (``time.perf_counter``), in wall time.
+Metrics convert them to cluster time with the run's time scale (1 on a real cluster).
+A failed request keeps its record with ``success=False`` and the error text: failures are
+counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Chunk:
+    """One streamed chunk that carried generated text."""
+
+    time: float
+    tokens: int
+
+
+@dataclass
+class RequestRecord:
+    """Everything measured about one request."""
+
+    index: int
+    prompt_id: str
+    nominal_input_tokens: int
+    max_output_tokens: int
+    send_time: float = 0.0
+    first_token_time: float | None = None
+    end_time: float | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    replica: str | None = None
+    status: int | None = None
+    success: bool = False
+    error: str = ""
+    warmup: bool = False
+
+    @property
+    def output_tokens(self) -> int:
+        """Server-reported completion tokens, else the count streamed."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(c.tokens for c in self.chunks)
+
+    @property
+    def input_tokens(self) -> int:
+        """Server-reported prompt tokens, else the nominal input length."""
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        return self.nominal_input_tokens
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RequestRecord:
+        data = dict(data)
+        data["chunks"] = [Chunk(**c) for c in data.get("chunks", [])]
+        return cls(**data)
+
+
+def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
+    """Write records as JSON lines, atomically (write then rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(record.to_json() + "\n")
+    tmp.replace(path)
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """Read a ``records.jsonl`` file written by :func:`write_records`."""
+    with path.open(encoding="utf-8") as fh:
+        return [RequestRecord.from_dict(json.loads(line)) for line in fh if line.strip()]

@@ -1,0 +1,194 @@
+"""The plugin end to end on a small mock cluster: options, JUnit, reports, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.deploy.executor import group_alive
+
+pytest_plugins = ["pytester"]
+
+SMALL_CLUSTER = """\
+name: small
+nodes:
+  - {name: n1, host: 127.0.0.1, gpus: 4}
+  - {name: n2, host: 127.0.0.1, gpus: 4}
+  - {name: n3, host: 127.0.0.1, gpus: 4}
+  - {name: n4, host: 127.0.0.1, gpus: 4}
+deployment: {replicas: 2, nodes_per_replica: 2}
+layouts:
+  wide: {tp: 8, pp: 1, ep: 2}
+  deep: {tp: 2, pp: 4, ep: 2}
+server:
+  python: current
+  module: pytest_kimi.mock.launch_server
+  model_path: builtin:mock-tokenizer
+  args: {chunked-prefill-size: 8192, disable-radix-cache: true}
+router:
+  python: current
+  env: {HF_ENDPOINT: "http://127.0.0.1:9"}
+workload:
+  dataset: builtin:speedbench16k
+  num_requests: 6
+  input_len: 16384
+  output_len: 8
+  concurrency: 2
+  warmup_requests: 1
+slo: {ttft_p95: 60s, tpot_p95: 1s, tpot_mean: 1s}
+startup_timeout_s: 60
+mock: {time_scale: 400, seed: 3}
+"""
+
+PERF_TEST = (Path(__file__).parents[2] / "tests" / "perf" / "test_speedbench.py").read_text()
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".yaml", cluster=SMALL_CLUSTER)
+    pytester.makepyfile(test_speedbench=PERF_TEST)
+    return pytester
+
+
+def _pids_under(path: Path) -> list[int]:
+    """Processes whose command line mentions ``path`` (our run's processes)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if str(path).encode() in cmd and group_alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytester):
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml",
+        "--layout=wide,deep",
+        "--kimi-report-dir=out",
+        "--junitxml=junit.xml",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-kimi layout comparison*",
+            "*deep vs wide*",
+            "*TPOT p95*",
+            "*report: *comparison.md",
+        ]
+    )
+    cases = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
+    by_name = {c.get("name"): c for c in cases}
+    assert set(by_name) == {
+        f"{t}[{lay}]"
+        for lay in ("wide", "deep")
+        for t in (
+            "test_every_request_succeeded",
+            "test_ttft_p95_within_slo",
+            "test_tpot_p95_within_slo",
+            "test_tpot_mean_within_slo",
+        )
+    }
+    props = {
+        p.get("name"): p.get("value")
+        for p in by_name["test_ttft_p95_within_slo[deep]"].iter("property")
+    }
+    assert props["layout"] == "deep" and props["completed"] == "6"
+    assert float(props["p95_ttft_ms"]) > 0 and "mean_tpot_ms" in props
+
+    [run] = list((project.path / "out").iterdir())
+    comparison = json.loads((run / "comparison.json").read_text())
+    assert [lay["name"] for lay in comparison["layouts"]] == ["wide", "deep"]
+    assert comparison["backend"] == "mock" and comparison["time_scale"] == 400
+    assert (
+        "| metric | wide (TP8/PP1/EP2) | deep (TP2/PP4/EP2) | deep vs wide |"
+        in (run / "comparison.md").read_text()
+    )
+    for layout in ("wide", "deep"):
+        folder = run / layout
+        lines = (folder / "records.jsonl").read_text().splitlines()
+        assert len(lines) == 7  # 6 measured + 1 warmup, one line each
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["completed"] == 6 and summary["complete"] is True
+        manifest = json.loads((folder / "manifest.json").read_text())
+        commands = [p["command"] for p in manifest["processes"]]
+        assert len(commands) == 5 and "--policy round_robin" in commands[-1]
+        assert len(manifest["workload"]["dataset"]["file_sha256"]) == 64
+        logs = sorted(p.name for p in (folder / "logs").iterdir())
+        assert "router.log" in logs and len(logs) == 5
+        assert "ready to roll" in (folder / "logs" / "replica0-node0-n1.log").read_text()
+    assert _pids_under(project.path) == []
+
+
+def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester):
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml",
+        "--layout=deep",
+        "--kimi-report-dir=out",
+        "--kimi-slo",
+        "tpot_mean=1ms",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*SLO tpot_mean <= 1.0 ms VIOLATED: measured*"])
+    [run] = list((project.path / "out").iterdir())
+    assert "FAIL" in (run / "comparison.md").read_text()
+    assert _pids_under(project.path) == []
+
+
+def test_unknown_layout_is_a_usage_error(project: pytest.Pytester):
+    result = project.runpytest_subprocess("--cluster=cluster.yaml", "--layout=wide,tp64")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cluster.yaml*layouts*unknown layout 'tp64'*wide, deep*"])
+
+
+def test_malformed_cluster_file_is_a_usage_error_naming_line_and_field(
+    project: pytest.Pytester,
+):
+    bad = SMALL_CLUSTER.replace("deep: {tp: 2, pp: 4, ep: 2}", "deep: {tp: 2, pp: 2, ep: 2}")
+    project.makefile(".yaml", bad=bad)
+    result = project.runpytest_subprocess("--cluster=bad.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad.yaml:10: field 'layouts.deep.tp': TP x PP = 2 x 2 = 4*"])
+
+
+def test_bad_slo_override_is_a_usage_error(project: pytest.Pytester):
+    result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-slo", "ttft_p95=fast")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kimi-slo*ttft_p95*expected a duration*"])
+
+
+def test_dry_run_prints_commands_and_starts_nothing(project: pytest.Pytester):
+    result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-dry-run")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "# layout wide (TP8/PP1/EP2) on small",
+            "*pytest_kimi.mock.launch_server*--tp-size 8 --pp-size 1*--node-rank 0*",
+            "*sglang_router.launch_router --worker-urls*--policy round_robin*",
+        ]
+    )
+    assert not (project.path / "reports").exists()
+
+
+def test_help_documents_every_option(pytester: pytest.Pytester):
+    result = pytester.runpytest_subprocess("--help")
+    for option in (
+        "--layout",
+        "--cluster",
+        "--kimi-report-dir",
+        "--kimi-slo",
+        "--kimi-endpoint",
+        "--kimi-dry-run",
+    ):
+        result.stdout.fnmatch_lines([f"*{option}*"])

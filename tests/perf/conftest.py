@@ -1,0 +1,1 @@
+"""Benchmark tests: every test here takes the ``kimi_layout`` parameter via ``speedbench``."""

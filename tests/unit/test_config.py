@@ -1,0 +1,608 @@
+"""Cluster configuration: the shipped files load, and every error names file, line and field.
+
+``BASE`` below is a small but complete cluster file; the line numbers in the tests are counted
+by hand from it (see the ``L_*`` constants), and edits that replace one line with one line keep
+them valid.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.config import ClusterConfig, ConfigError, Layout, Node, load_cluster
+from pytest_kimi.yamlfile import Located, read_yaml
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
+
+BASE = """\
+name: t
+executor: local
+nodes:
+  - {name: n1, host: 127.0.0.1, gpus: 8}
+  - {name: n2, host: 127.0.0.1, gpus: 8}
+  - {name: n3, host: 127.0.0.1, gpus: 8}
+  - {name: n4, host: 127.0.0.1, gpus: 8}
+deployment:
+  replicas: 2
+  nodes_per_replica: 2
+layouts:
+  tp16: {tp: 16, pp: 1, ep: 4}
+  pp2: {tp: 8, pp: 2, ep: 8}
+server:
+  model_path: /models/m
+  args:
+    chunked-prefill-size: 8192
+router:
+  node: n1
+workload:
+  dataset: /data/d.jsonl
+  num_requests: 4
+  input_len: 16
+  output_len: 8
+  concurrency: 2
+slo:
+  ttft_p95: 30s
+"""
+# Hand-counted line numbers in BASE.
+L_NODE_N2 = 5
+L_DEPLOYMENT = 8
+L_REPLICAS = 9
+L_NODES_PER_REPLICA = 10
+L_LAYOUTS = 11
+L_TP16 = 12
+L_PP2 = 13
+L_SERVER = 14
+L_ROUTER_NODE = 19
+L_WORKLOAD = 20
+L_NUM_REQUESTS = 22
+L_INPUT_LEN = 23
+L_SLO = 26
+
+
+def write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    """Replace one exact, unique piece of ``text``."""
+    assert text.count(old) == 1, f"{old!r} must occur exactly once"
+    return text.replace(old, new)
+
+
+def load_error(tmp_path: Path, text: str) -> tuple[Path, str]:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_cluster(path)
+    return path, str(info.value)
+
+
+def assert_names(message: str, path: Path, line: int | None, field: str) -> None:
+    """The message has the documented shape ``file:line: field 'a.b': problem``."""
+    where = f"{path}:{line}" if line is not None else f"{path}"
+    assert message.startswith(f"{where}: field '{field}': "), message
+
+
+# ----------------------------------------------------------------------------- shipped files
+
+
+def test_base_fixture_loads(tmp_path: Path) -> None:
+    cfg = load_cluster(write(tmp_path, BASE))
+    assert cfg.name == "t"
+    assert cfg.layouts == {
+        "tp16": Layout("tp16", 16, 1, 4),
+        "pp2": Layout("pp2", 8, 2, 8),
+    }
+    # Defaults fill in what BASE leaves out.
+    assert cfg.server.module == "sglang.launch_server"
+    assert cfg.server.python == "python3"
+    assert cfg.server.port is None and cfg.server.dist_init_port is None
+    assert cfg.router.node == "n1" and cfg.router.policy == "round_robin"
+    assert cfg.workload.api == "generate"
+    assert cfg.workload.warmup_requests == 1
+    assert cfg.workload.request_rate == float("inf")
+    assert cfg.workload.category is None
+    assert cfg.mock is None and cfg.time_scale == 1.0
+    assert cfg.startup_timeout_s == 900.0
+
+
+def test_local_yaml_loads() -> None:
+    cfg = load_cluster(CLUSTERS / "local.yaml")
+    assert cfg.name == "local"
+    assert cfg.executor == "local"
+    assert [n.name for n in cfg.nodes] == [f"node60{i}" for i in range(1, 9)]
+    assert all(n.host == "127.0.0.1" and n.gpus == 8 for n in cfg.nodes)
+    assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
+    assert list(cfg.layouts) == ["tp32", "pp8"]
+    assert cfg.layouts["tp32"] == Layout("tp32", tp=32, pp=1, ep=4)
+    assert cfg.layouts["pp8"] == Layout("pp8", tp=4, pp=8, ep=4)
+    assert cfg.layout("tp32").label == "TP32/PP1/EP4"
+    assert cfg.layout("pp8").label == "TP4/PP8/EP4"
+
+    srv = cfg.server
+    assert srv.python == sys.executable  # "current"
+    assert srv.module == "pytest_kimi.mock.launch_server"
+    assert srv.model_path == "builtin:mock-tokenizer"
+    assert srv.port is None and srv.dist_init_port is None  # "auto"
+    assert srv.args == {
+        "chunked-prefill-size": 8192,
+        "disable-radix-cache": True,
+        "kv-cache-dtype": "bf16",
+        "moe-runner-backend": "flashinfer_mxfp4",
+        "moe-a2a-backend": "none",
+        "enable-metrics": True,
+    }
+    assert srv.env == {}
+
+    rtr = cfg.router
+    assert rtr.python == sys.executable
+    assert rtr.module == "sglang_router.launch_router"
+    assert rtr.node == "node601"
+    assert rtr.port is None and rtr.prometheus_port is None
+    assert rtr.policy == "round_robin"
+    assert rtr.env == {"HF_ENDPOINT": "http://127.0.0.1:9"}
+
+    wl = cfg.workload
+    assert wl.dataset == "builtin:speedbench16k"
+    assert (wl.num_requests, wl.input_len, wl.output_len) == (40, 16384, 512)
+    assert (wl.concurrency, wl.warmup_requests, wl.seed) == (8, 1, 1)
+    assert wl.api == "generate"
+    assert wl.request_timeout_s == 1800.0
+
+    assert cfg.slo == {"ttft_p95": "30s", "tpot_p95": "160ms", "tpot_mean": "150ms"}
+    assert cfg.mock is not None
+    assert cfg.mock.time_scale == 40.0 and cfg.time_scale == 40.0
+    assert cfg.mock.seed == 1
+    assert cfg.mock.profile["layers"] == 61
+    assert cfg.startup_timeout_s == 60.0
+
+
+def test_pro6000_yaml_loads() -> None:
+    cfg = load_cluster(CLUSTERS / "pro6000.yaml")
+    assert cfg.name == "pro6000"
+    assert cfg.executor == "ssh"
+    assert [(n.name, n.host, n.gpus) for n in cfg.nodes] == [
+        (f"node60{i}", f"node60{i}", 8) for i in range(1, 9)
+    ]
+    assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
+    assert cfg.layouts == {
+        "tp32": Layout("tp32", 32, 1, 4),
+        "pp8": Layout("pp8", 4, 8, 4),
+    }
+    srv = cfg.server
+    assert srv.python == "/opt/sglang/venv/bin/python"
+    assert srv.module == "sglang.launch_server"
+    assert srv.model_path == "/models/Kimi-K3"
+    assert (srv.port, srv.dist_init_port) == (30001, 5757)
+    assert srv.args["chunked-prefill-size"] == 8192
+    assert srv.args["trust-remote-code"] is True
+    assert srv.args["disable-radix-cache"] is True
+    assert srv.args["kv-cache-dtype"] == "bf16"
+    assert srv.args["moe-runner-backend"] == "flashinfer_mxfp4"
+    assert srv.args["moe-a2a-backend"] == "none"
+    assert srv.env == {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}
+    assert (cfg.router.port, cfg.router.prometheus_port) == (30000, 29000)
+    assert cfg.router.node == "node601"
+    assert cfg.workload.dataset == "/data/speedbench/speedbench16k_complete.jsonl"
+    assert cfg.mock is None and cfg.time_scale == 1.0
+    assert cfg.startup_timeout_s == 1800.0
+
+
+def test_replica_nodes() -> None:
+    cfg = load_cluster(CLUSTERS / "pro6000.yaml")
+    assert [n.name for n in cfg.replica_nodes(0)] == ["node601", "node602", "node603", "node604"]
+    assert [n.name for n in cfg.replica_nodes(1)] == ["node605", "node606", "node607", "node608"]
+    assert cfg.replica_nodes(2) == ()
+    assert cfg.node("node603") == Node("node603", "node603", 8)
+    with pytest.raises(KeyError):
+        cfg.node("node609")
+
+
+def test_replica_nodes_leaves_spare_nodes_unused(tmp_path: Path) -> None:
+    text = edit("  replicas: 2", "  replicas: 1")
+    cfg = load_cluster(write(tmp_path, text))
+    assert [n.name for n in cfg.replica_nodes(0)] == ["n1", "n2"]
+    assert len(cfg.nodes) == 4
+
+
+def test_path_accepts_str(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE)
+    cfg = load_cluster(str(path))
+    assert isinstance(cfg, ClusterConfig)
+    assert cfg.path == path
+
+
+# ----------------------------------------------------------------------------- layout errors
+
+
+def test_layout_not_filling_replica(tmp_path: Path) -> None:
+    text = edit("tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 8, pp: 1, ep: 4}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_TP16, "layouts.tp16.tp")
+    assert "TP x PP = 8 x 1 = 8" in msg
+    assert "one replica has 16 GPUs" in msg
+
+
+def test_layout_exceeding_replica(tmp_path: Path) -> None:
+    text = edit("pp2: {tp: 8, pp: 2, ep: 8}", "pp2: {tp: 8, pp: 4, ep: 8}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_PP2, "layouts.pp2.tp")
+    assert "TP x PP = 8 x 4 = 32" in msg and "16 GPUs" in msg
+
+
+def test_unknown_layout_name(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE)
+    cfg = load_cluster(path)
+    with pytest.raises(ConfigError) as info:
+        cfg.layout("tp8")
+    msg = str(info.value)
+    assert_names(msg, path, L_LAYOUTS, "layouts")
+    assert "unknown layout 'tp8'" in msg
+    assert msg.endswith("this cluster defines: tp16, pp2")
+
+
+def test_unknown_layout_name_in_shipped_file() -> None:
+    path = CLUSTERS / "local.yaml"
+    cfg = load_cluster(path)
+    with pytest.raises(ConfigError) as info:
+        cfg.layout("tp64")
+    assert_names(str(info.value), path, 22, "layouts")  # "layouts:" is line 22 of local.yaml
+    assert "tp32, pp8" in str(info.value)
+
+
+def test_ep_must_divide_tp(tmp_path: Path) -> None:
+    text = edit("pp2: {tp: 8, pp: 2, ep: 8}", "pp2: {tp: 8, pp: 2, ep: 3}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_PP2, "layouts.pp2.ep")
+    assert "EP 3 must divide TP 8" in msg
+
+
+def test_no_layouts(tmp_path: Path) -> None:
+    text = edit(
+        "layouts:\n  tp16: {tp: 16, pp: 1, ep: 4}\n  pp2: {tp: 8, pp: 2, ep: 8}\n", "layouts: {}\n"
+    )
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_LAYOUTS, "layouts")
+    assert "at least one layout" in msg
+
+
+def test_layout_pp_and_ep_default_to_one(tmp_path: Path) -> None:
+    text = edit("pp2: {tp: 8, pp: 2, ep: 8}", "tp16b: {tp: 16}")
+    cfg = load_cluster(write(tmp_path, text))
+    assert cfg.layout("tp16b") == Layout("tp16b", 16, 1, 1)
+
+
+# ----------------------------------------------------------------------------- field errors
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    text = edit("slo:\n", "slos:\n")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_SLO, "slos")
+    assert "unknown field" in msg
+    # The known fields are listed so the typo is easy to spot.
+    assert "slo," in msg and "workload" in msg
+
+
+def test_unknown_nested_key(tmp_path: Path) -> None:
+    text = edit("  node: n1", "  nodee: n1")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_ROUTER_NODE, "router.nodee")
+    assert "unknown field (known fields here: " in msg
+    assert "node," in msg and "policy" in msg
+
+
+def test_unknown_key_in_layout(tmp_path: Path) -> None:
+    text = edit("tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 16, pp: 1, ep: 4, dp: 2}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_TP16, "layouts.tp16.dp")
+    assert "unknown field" in msg
+
+
+def test_string_for_int(tmp_path: Path) -> None:
+    text = edit("  replicas: 2", '  replicas: "2"')
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_REPLICAS, "deployment.replicas")
+    assert "expected an integer, got str '2'" in msg
+
+
+def test_bool_for_int(tmp_path: Path) -> None:
+    text = edit("  input_len: 16", "  input_len: true")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_INPUT_LEN, "workload.input_len")
+    assert "expected an integer, got bool True" in msg
+
+
+def test_float_for_int(tmp_path: Path) -> None:
+    text = edit("  num_requests: 4", "  num_requests: 4.5")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NUM_REQUESTS, "workload.num_requests")
+    assert "expected an integer, got float 4.5" in msg
+
+
+def test_int_below_minimum(tmp_path: Path) -> None:
+    text = edit("  num_requests: 4", "  num_requests: 0")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NUM_REQUESTS, "workload.num_requests")
+    assert "must be >= 1, got 0" in msg
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    text = edit("  dataset: /data/d.jsonl\n", "")
+    path, msg = load_error(tmp_path, text)
+    # The missing field has no line of its own: the error points at its parent section.
+    assert_names(msg, path, L_WORKLOAD, "workload.dataset")
+    assert "required field is missing" in msg
+
+
+def test_missing_required_section(tmp_path: Path) -> None:
+    text = edit("deployment:\n  replicas: 2\n  nodes_per_replica: 2\n", "")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, None, "deployment")
+    assert "required field is missing" in msg
+
+
+def test_section_of_wrong_kind(tmp_path: Path) -> None:
+    text = edit("router:\n  node: n1\n", "router: n1\n")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 18, "router")
+    assert "expected a mapping, got str 'n1'" in msg
+
+
+def test_duplicate_key(tmp_path: Path) -> None:
+    text = edit("  num_requests: 4\n", "  num_requests: 4\n  num_requests: 5\n")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NUM_REQUESTS + 1, "workload.num_requests")
+    assert msg.endswith("duplicate key")
+
+
+def test_duplicate_key_top_level(tmp_path: Path) -> None:
+    path, msg = load_error(tmp_path, BASE + "name: again\n")
+    assert_names(msg, path, 28, "name")
+    assert "duplicate key" in msg
+
+
+def test_duplicate_node_name(tmp_path: Path) -> None:
+    text = edit("{name: n2, host:", "{name: n1, host:")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NODE_N2, "nodes[1].name")
+    assert "duplicate node name 'n1'" in msg
+
+
+def test_node_name_not_plain(tmp_path: Path) -> None:
+    text = edit("{name: n2, host:", "{name: 'n 2', host:")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NODE_N2, "nodes[1].name")
+    assert "not a plain name" in msg
+
+
+def test_nodes_with_different_gpus(tmp_path: Path) -> None:
+    text = edit("{name: n3, host: 127.0.0.1, gpus: 8}", "{name: n3, host: 127.0.0.1, gpus: 4}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 3, "nodes")
+    assert "same 'gpus'" in msg
+
+
+def test_invalid_yaml_syntax(tmp_path: Path) -> None:
+    text = edit("  nodes_per_replica: 2", "  nodes_per_replica: 2: 3")
+    path, msg = load_error(tmp_path, text)
+    assert msg.startswith(f"{path}:{L_NODES_PER_REPLICA}: invalid YAML: "), msg
+    assert "mapping values are not allowed here" in msg
+
+
+def test_invalid_yaml_tab(tmp_path: Path) -> None:
+    text = edit("  input_len: 16", "\tinput_len: 16")
+    path, msg = load_error(tmp_path, text)
+    assert msg.startswith(f"{path}:{L_INPUT_LEN}: invalid YAML: "), msg
+
+
+def test_router_node_not_among_nodes(tmp_path: Path) -> None:
+    text = edit("  node: n1", "  node: n9")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_ROUTER_NODE, "router.node")
+    assert "'n9' is not one of the nodes" in msg
+
+
+def test_too_few_nodes(tmp_path: Path) -> None:
+    text = edit("  replicas: 2", "  replicas: 3")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_NODES_PER_REPLICA, "deployment.nodes_per_replica")
+    assert "3 replicas x 2 nodes need 6 nodes, but 'nodes' lists 4" in msg
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("0", "0"), ("65536", "65536"), ('"8080"', "'8080'"), ("true", "True"), ("-1", "-1")],
+)
+def test_bad_port(tmp_path: Path, value: str, shown: str) -> None:
+    # router.node defaults to the first node, so the line can hold a port instead.
+    text = edit("  node: n1", f"  port: {value}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_ROUTER_NODE, "router.port")
+    assert f"expected a port 1-65535 or 'auto', got {shown}" in msg
+
+
+@pytest.mark.parametrize("value", ["1", "65535", "auto"])
+def test_good_port(tmp_path: Path, value: str) -> None:
+    cfg = load_cluster(write(tmp_path, edit("  node: n1", f"  port: {value}")))
+    assert cfg.router.port == (None if value == "auto" else int(value))
+
+
+def test_ssh_executor_with_auto_port(tmp_path: Path) -> None:
+    text = edit("executor: local", "executor: ssh")
+    path, msg = load_error(tmp_path, text)
+    # server.port is absent (defaults to auto): the error points at the server section.
+    assert_names(msg, path, L_SERVER, "server.port")
+    assert "an ssh cluster needs fixed ports, not 'auto'" in msg
+
+
+def test_ssh_executor_with_explicit_auto_port(tmp_path: Path) -> None:
+    text = edit("executor: local", "executor: ssh")
+    text = edit("  model_path: /models/m\n", "  model_path: /models/m\n  port: auto\n", text)
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_SERVER + 2, "server.port")
+    assert "fixed ports" in msg
+
+
+def test_unknown_executor(tmp_path: Path) -> None:
+    path, msg = load_error(tmp_path, edit("executor: local", "executor: k8s"))
+    assert_names(msg, path, 2, "executor")
+    assert "'k8s' is not one of local, ssh" in msg
+
+
+def test_bad_flag_name(tmp_path: Path) -> None:
+    text = edit("    chunked-prefill-size: 8192", "    --chunked-prefill-size: 8192")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 17, "server.args.--chunked-prefill-size")
+    assert "flag names are lowercase words" in msg
+
+
+def test_non_scalar_flag_value(tmp_path: Path) -> None:
+    text = edit("    chunked-prefill-size: 8192", "    chunked-prefill-size: [1, 2]")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 17, "server.args.chunked-prefill-size")
+    assert "expected a scalar value, got list [1, 2]" in msg
+
+
+def test_bool_env_value(tmp_path: Path) -> None:
+    text = edit("  node: n1", "  env: {HF_HUB_OFFLINE: true}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_ROUTER_NODE, "router.env.HF_HUB_OFFLINE")
+    assert "expected a string, got bool True" in msg
+
+
+def test_env_numbers_become_strings(tmp_path: Path) -> None:
+    cfg = load_cluster(write(tmp_path, edit("  node: n1", "  env: {A: 0, B: 1.5, C: x}")))
+    assert cfg.router.env == {"A": "0", "B": "1.5", "C": "x"}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "fast", "true"])
+def test_bad_request_rate(tmp_path: Path, value: str) -> None:
+    text = edit("  concurrency: 2", f"  request_rate: {value}")
+    path, msg = load_error(tmp_path, text)
+    # concurrency is now missing, but request_rate is checked first.
+    assert_names(msg, path, 25, "workload.request_rate")
+    assert "expected requests/s > 0 or 'inf'" in msg
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path, msg = load_error(tmp_path, "")
+    assert_names(msg, path, None, "name")
+    assert "required field is missing" in msg
+
+
+def test_top_level_not_a_mapping(tmp_path: Path) -> None:
+    path, msg = load_error(tmp_path, "- a\n- b\n")
+    assert_names(msg, path, None, "(top level)")
+    assert "expected a mapping, got list" in msg
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: cannot read: ")):
+        load_cluster(path)
+
+
+# ----------------------------------------------------------------------------- yamlfile
+
+
+def test_read_yaml_records_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, "a:\n  b: 1\n  c:\n    - x\n    - {d: 2}\ne: [1, 2]\n", "x.yaml")
+    src = read_yaml(path)
+    assert src.data == {"a": {"b": 1, "c": ["x", {"d": 2}]}, "e": [1, 2]}
+    assert src.lines == {
+        "a": 1,
+        "a.b": 2,
+        "a.c": 3,
+        "a.c[0]": 4,
+        "a.c[1]": 5,
+        "a.c[1].d": 5,
+        "e": 6,
+        "e[0]": 6,
+        "e[1]": 6,
+    }
+
+
+def test_line_of_falls_back_to_parent() -> None:
+    src = Located(Path("f.yaml"), {}, {"a": 3, "a.b": 7})
+    assert src.line_of("a.b") == 7
+    assert src.line_of("a.b.c.d") == 7
+    assert src.line_of("a.x") == 3
+    assert src.line_of("zzz") is None
+    assert str(src.error("a.x", "bad")) == "f.yaml:3: field 'a.x': bad"
+    assert str(src.error("zzz", "bad")) == "f.yaml: field 'zzz': bad"
+
+
+def test_read_yaml_empty_document(tmp_path: Path) -> None:
+    src = read_yaml(write(tmp_path, "# only a comment\n", "e.yaml"))
+    assert src.data == {} and src.lines == {}
+
+
+def test_read_yaml_multiple_documents(tmp_path: Path) -> None:
+    path = write(tmp_path, "a: 1\n---\nb: 2\n", "m.yaml")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:2: invalid YAML: ")):
+        read_yaml(path)
+
+
+def test_config_error_is_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+# ----------------------------------------------------------------------------- known bugs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: ssh check always names 'server.port', even when router.port is the auto one",
+)
+def test_ssh_router_auto_port_names_router_port(tmp_path: Path) -> None:
+    text = edit("executor: local", "executor: ssh")
+    text = edit("  model_path: /models/m\n", "  model_path: /models/m\n  port: 30001\n", text)
+    _, msg = load_error(tmp_path, text)
+    assert "field 'router.port'" in msg
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: ssh cluster with dist_init_port: auto loads; planning then binds a local "
+    "socket to the remote host name (socket.gaierror)",
+)
+def test_ssh_auto_dist_init_port_rejected(tmp_path: Path) -> None:
+    text = (CLUSTERS / "pro6000.yaml").read_text(encoding="utf-8")
+    text = edit("dist_init_port: 5757", "dist_init_port: auto", text)
+    _, msg = load_error(tmp_path, text)
+    assert "server.dist_init_port" in msg
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: ssh cluster with router prometheus_port: auto loads (same gaierror at plan time)",
+)
+def test_ssh_auto_prometheus_port_rejected(tmp_path: Path) -> None:
+    text = (CLUSTERS / "pro6000.yaml").read_text(encoding="utf-8")
+    text = edit("prometheus_port: 29000", "prometheus_port: auto", text)
+    _, msg = load_error(tmp_path, text)
+    assert "router.prometheus_port" in msg
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: YAML tag/merge-key errors escape read_yaml as raw ValueError/ConstructorError "
+    "without the file path",
+)
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("  concurrency: 2", "  concurrency: !!int abc"),
+        ("  concurrency: 2", "  concurrency: !custom 2"),
+        ("  node: n1", "  <<: {node: n1}"),
+    ],
+)
+def test_yaml_construct_errors_are_config_errors(tmp_path: Path, old: str, new: str) -> None:
+    path, msg = load_error(tmp_path, edit(old, new))
+    assert str(path) in msg
