@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -154,18 +156,24 @@ class KimiSession:
             timeout_s=self.cluster.startup_timeout_s,
             progress=lambda m: self.say(f"[kimi {layout.name}] {m}"),
         )
-        try:
+        with _sigterm_as_interrupt(), self._teardown(dep, layout, result):
             self.say(f"[kimi {layout.name}] bringing up {layout.label} x{self.cluster.replicas}")
             dep.start()
             self._warm_replicas(plan)
             yield plan.endpoint
+
+    @contextlib.contextmanager
+    def _teardown(self, dep: Deployment, layout: Layout, result: LayoutResult) -> Iterator[None]:
+        """Whatever happens inside: record why it failed, stop everything, write the summary."""
+        try:
+            yield
         except BaseException as exc:
             if not result.error:
                 result.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
             leftovers = dep.stop()
-            self.say(f"[kimi {layout.name}] torn down; logs in {out / 'logs'}")
+            self.say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
             if leftovers:
                 result.notes.append(
                     "processes left running after teardown: " + ", ".join(leftovers)
@@ -301,6 +309,23 @@ class KimiSession:
             write_json(self.run_dir / "comparison.json", model)
             write_text(self.run_dir / "comparison.md", render_markdown(model))
         return model
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Let SIGTERM unwind like Ctrl-C, so teardown runs and no server is orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _check_profile(cluster: ClusterConfig) -> None:

@@ -192,3 +192,68 @@ def test_help_documents_every_option(pytester: pytest.Pytester):
         "--kimi-dry-run",
     ):
         result.stdout.fnmatch_lines([f"*{option}*"])
+
+
+def test_attach_to_running_endpoint_runs_without_bring_up(project: pytest.Pytester, mock_server):
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml",
+        "--layout=wide",
+        f"--kimi-endpoint={mock_server}",
+        "--kimi-report-dir=out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=4)
+    [run] = list((project.path / "out").iterdir())
+    manifest = json.loads((run / "wide" / "manifest.json").read_text())
+    assert manifest["endpoint"] == mock_server and "processes" not in manifest
+    assert json.loads((run / "comparison.json").read_text())["backend"] == "attached"
+
+
+def test_ini_keys_set_defaults(project: pytest.Pytester):
+    project.makeini("[pytest]\nkimi_cluster = cluster.yaml\nkimi_layout = deep\n")
+    result = project.runpytest_subprocess("--kimi-dry-run")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["# layout deep (TP2/PP4/EP2) on small"])
+    result.stdout.no_fnmatch_line("# layout wide*")
+
+
+def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    slow = SMALL_CLUSTER.replace("time_scale: 400", "time_scale: 2")
+    project.makefile(".yaml", slow=slow)
+    log = project.path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--cluster=slow.yaml",
+                "--layout=deep",
+                "--kimi-report-dir=out",
+                "-p",
+                "no:cacheprovider",
+                "-s",
+            ],
+            cwd=project.path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while b"router ready" not in log.read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    text = log.read_text()
+    assert "torn down" in text
+    assert _pids_under(project.path) == []
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "deep" / "summary.json").read_text())
+    assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
+    assert (run / "deep" / "logs" / "router.log").exists()
