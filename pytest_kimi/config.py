@@ -32,6 +32,7 @@ AUTO = "auto"
 APIS = ("generate", "completions", "chat")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class WorkloadConfig:
     category: str | None
     request_timeout_s: float
     request_rate: float  # requests/s; inf sends as fast as concurrency allows
+    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+    goodput: Mapping[str, str] = field(default_factory=dict)  # per-request limits: ttft/tpot/e2e
 
 
 @dataclass(frozen=True)
@@ -231,11 +234,13 @@ class _Fields:
             out[name] = value
         return out
 
-    def strings(self, key: str) -> dict[str, str]:
+    def strings(self, key: str, names: re.Pattern[str] | None = None) -> dict[str, str]:
         sub = self.sub(key, {})
         out: dict[str, str] = {}
         for name, value in sub.data.items():
             sub.seen.add(name)
+            if names is not None and not names.match(str(name)):
+                raise sub.error(str(name), "not a valid environment variable name")
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise sub.error(str(name), f"expected a string, got {_kind(value)}")
             out[str(name)] = str(value)
@@ -290,8 +295,16 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         top.seen.add("mock")
     startup = top.number("startup_timeout_s", 900.0)
     top.done()
-    if executor == "ssh" and (server.port is None or router.port is None):
-        raise src.error("server.port", "an ssh cluster needs fixed ports, not 'auto'")
+    if executor == "ssh":
+        fixed = {
+            "server.port": server.port,
+            "server.dist_init_port": server.dist_init_port,
+            "router.port": router.port,
+            "router.prometheus_port": router.prometheus_port,
+        }
+        for field_name, value in fixed.items():
+            if value is None:
+                raise src.error(field_name, "an ssh cluster needs fixed ports, not 'auto'")
     return ClusterConfig(
         path=path,
         name=name,
@@ -368,7 +381,7 @@ def _server(f: _Fields, path: Path) -> ServerConfig:
         port=f.port("port"),
         dist_init_port=f.port("dist_init_port"),
         args=f.flags("args"),
-        env=f.strings("env"),
+        env=f.strings("env", _ENV_NAME),
     )
     f.done()
     return server
@@ -383,7 +396,7 @@ def _router(f: _Fields, nodes: tuple[Node, ...]) -> RouterConfig:
         prometheus_port=f.port("prometheus_port"),
         policy=f.str("policy", "round_robin"),
         args=f.flags("args"),
-        env=f.strings("env"),
+        env=f.strings("env", _ENV_NAME),
     )
     f.done()
     if router.node not in {n.name for n in nodes}:
@@ -407,9 +420,24 @@ def _workload(f: _Fields) -> WorkloadConfig:
         category=f.str("category", None),
         request_timeout_s=f.number("request_timeout_s", 3600.0),
         request_rate=float(rate),
+        percentiles=_percentiles(f),
+        goodput=f.strings("goodput"),
     )
     f.done()
+    for key in workload.goodput:
+        if key not in ("ttft", "tpot", "e2e"):
+            raise f.error(f"goodput.{key}", "goodput limits are ttft, tpot and e2e")
     return workload
+
+
+def _percentiles(f: _Fields) -> tuple[float, ...]:
+    raw = f.raw("percentiles", [50, 90, 95, 99])
+    if not isinstance(raw, list) or not raw:
+        raise f.error("percentiles", "expected a list of percentiles, e.g. [50, 90, 95, 99]")
+    for value in raw:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+            raise f.error("percentiles", f"{value!r} is not a percentile in (0, 100]")
+    return tuple(float(v) for v in raw)
 
 
 def _mock(f: _Fields) -> MockConfig:

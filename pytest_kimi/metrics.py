@@ -151,6 +151,8 @@ class Summary:
     peak_concurrency_bucketed: int
     time_scale: float
     percentiles: tuple[float, ...]
+    goodput: float = _NAN  # req/s meeting every per-request limit; NaN when none configured
+    goodput_limits_ms: tuple[tuple[str, float], ...] = ()
 
     @property
     def total(self) -> int:
@@ -176,6 +178,7 @@ class Summary:
             "peak_concurrency_bucketed": float(self.peak_concurrency_bucketed),
             "total_input_tokens": float(self.total_input_tokens),
             "total_output_tokens": float(self.total_output_tokens),
+            "goodput": self.goodput,
         }
 
     def _distributions(self) -> dict[str, Distribution]:
@@ -229,6 +232,8 @@ class Summary:
         out["peak_concurrency_exact"] = self.peak_concurrency
         out["max_concurrent_requests_bucketed"] = self.peak_concurrency_bucketed
         out["percentiles"] = list(self.percentiles)
+        out["goodput"] = self.goodput
+        out["goodput_limits_ms"] = dict(self.goodput_limits_ms)
         out["distributions"] = {attr: getattr(self, attr).to_dict() for _, attr, _ in _LATENCIES}
         return _json_safe(out)
 
@@ -355,8 +360,11 @@ def summarize(
     *,
     time_scale: float = 1.0,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput_limits_ms: Mapping[str, float] | None = None,
 ) -> Summary:
     """All of a run's statistics from its per-request records.
+
+    ``goodput_limits_ms`` (keys "ttft", "tpot", "e2e") adds :func:`goodput` to the summary.
 
     Only successful requests feed latencies and token totals; failures are counted and
     included in the duration and exact peak. A successful request without a first-token
@@ -404,6 +412,10 @@ def summarize(
         peak_concurrency_bucketed=_bucketed_peak(measured, start, scale),
         time_scale=scale,
         percentiles=configured,
+        goodput=goodput(records, goodput_limits_ms, time_scale=scale)
+        if goodput_limits_ms
+        else _NAN,
+        goodput_limits_ms=tuple(sorted((goodput_limits_ms or {}).items())),
     )
 
 

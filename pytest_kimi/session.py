@@ -87,6 +87,8 @@ class KimiSession:
                 [slo_mod.parse_assignment(s, "--kimi-slo") for s in options.slo_overrides],
             )
             wl = cluster.workload
+            for key, value in wl.goodput.items():
+                slo_mod.parse_duration_ms(value, f"{cluster.path} workload.goodput.{key}")
             dataset = resolve_dataset(wl.dataset, cluster.path.parent)
             workload = load_workload(
                 dataset,
@@ -106,6 +108,14 @@ class KimiSession:
                 "--kimi-endpoint attaches to one running deployment: pass one --layout"
             )
         return cls(options, cluster, layouts, slos, workload, say)
+
+    @property
+    def goodput_limits_ms(self) -> dict[str, float]:
+        source = f"{self.cluster.path} workload.goodput"
+        return {
+            k: slo_mod.parse_duration_ms(v, f"{source}.{k}")
+            for k, v in self.cluster.workload.goodput.items()
+        }
 
     @property
     def backend(self) -> str:
@@ -217,7 +227,13 @@ class KimiSession:
             run_requests(endpoint, measured, options, warmup=warmup, on_done=progress)
         )
         write_records(out / "records.jsonl", records)
-        result.summary = summarize(records, time_scale=self.time_scale)
+        result.notes.extend(prompt_length_notes(records, wl.input_len))
+        result.summary = summarize(
+            records,
+            time_scale=self.time_scale,
+            percentiles=sorted({*wl.percentiles, *slo_mod.percentiles_needed(self.slos.values())}),
+            goodput_limits_ms=self.goodput_limits_ms,
+        )
         result.verdicts = [slo_mod.evaluate(s, result.summary) for s in self.slos.values()]
         self.say(
             f"[kimi {layout.name}] measured {len(measured)} requests in "
@@ -309,6 +325,31 @@ class KimiSession:
             write_json(self.run_dir / "comparison.json", model)
             write_text(self.run_dir / "comparison.md", render_markdown(model))
         return model
+
+
+def prompt_length_notes(
+    records: list[RequestRecord], nominal: int, tolerance: float = 0.10
+) -> list[str]:
+    """Warn where the server counted a prompt more than ``tolerance`` off its nominal length.
+
+    SPEED-Bench pads prompts with tiktoken's o200k_base, so "16K" is nominal for the served
+    model's tokenizer; a large gap means the workload is not the one the table claims.
+    """
+    off = [
+        r
+        for r in records
+        if not r.warmup
+        and r.prompt_tokens is not None
+        and abs(r.prompt_tokens - nominal) > tolerance * nominal
+    ]
+    if not off:
+        return []
+    worst = max(off, key=lambda r: abs(r.prompt_tokens - nominal))
+    return [
+        f"{len(off)} of {sum(not r.warmup for r in records)} prompts differ from the nominal "
+        f"{nominal} input tokens by more than {tolerance:.0%} as counted by the server "
+        f"(worst: {worst.prompt_id} with {worst.prompt_tokens})"
+    ]
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ _LOWER_BOUND = {
     "output_throughput": "tok/s",
     "total_throughput": "tok/s",
     "completed": "",
+    "goodput": "req/s",
 }
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s|min)?\s*$")
 _UNIT_MS = {None: 1.0, "ms": 1.0, "s": 1000.0, "min": 60000.0}
@@ -70,7 +71,9 @@ class Verdict:
     def message(self) -> str:
         unit = self.slo.unit
         state = "met" if self.passed else "VIOLATED"
-        rel = f" ({self.margin / self.slo.limit:+.1%})" if self.slo.limit else ""
+        rel = ""
+        if self.slo.limit and not math.isnan(self.measured):
+            rel = f" ({self.margin / self.slo.limit:+.1%})"
         return (
             f"SLO {self.slo.describe()} {state}: measured {format_value(self.measured, unit)}, "
             f"margin {format_value(self.margin, unit)}{rel} [from {self.slo.source}]"
@@ -89,16 +92,25 @@ def parse_slo(name: str, value: str | float, source: str) -> Slo:
     """One SLO from ``name`` and a value such as ``25s``, ``150ms`` or ``0.99``."""
     name = name.strip()
     text = str(value).strip()
-    if _LATENCY.match(name):
+    latency = _LATENCY.match(name)
+    if latency:
+        stat = latency.group(2)
+        if stat.startswith("p") and not 0 < float(stat[1:]) <= 100:
+            raise SloError(f"{source}: SLO {name}: percentile {stat[1:]} is not in (0, 100]")
         match = _DURATION.match(text)
         if not match:
             raise SloError(f"{source}: SLO {name}={text!r}: expected a duration like 25s or 150ms")
-        return Slo(name, float(match.group(1)) * _UNIT_MS[match.group(2)], True, "ms", source)
+        limit_ms = float(match.group(1)) * _UNIT_MS[match.group(2)]
+        return Slo(name, limit_ms, True, "ms", source)
     if name in _LOWER_BOUND:
         try:
             limit = float(text)
         except ValueError:
             raise SloError(f"{source}: SLO {name}={text!r}: expected a number") from None
+        if not math.isfinite(limit) or limit < 0:
+            raise SloError(f"{source}: SLO {name}={text!r}: expected a finite number >= 0")
+        if name == "success_rate" and limit > 1:
+            raise SloError(f"{source}: SLO {name}={text!r}: a rate between 0 and 1")
         return Slo(name, limit, False, _LOWER_BOUND[name], source)
     known = "ttft_/tpot_/itl_/e2e_ + mean|median|pNN, " + ", ".join(_LOWER_BOUND)
     raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})")
@@ -121,8 +133,26 @@ def merge(*layers: Iterable[Slo]) -> dict[str, Slo]:
     return out
 
 
+def parse_duration_ms(text: str, source: str) -> float:
+    """``25s`` / ``150ms`` / ``1.5min`` / bare ms -> milliseconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise SloError(f"{source}: {text!r}: expected a duration like 25s or 150ms")
+    return float(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
 def from_mapping(values: Mapping[str, str], source: str) -> list[Slo]:
     return [parse_slo(name, value, f"{source} slo.{name}") for name, value in values.items()]
+
+
+def percentiles_needed(slos: Iterable[Slo]) -> set[float]:
+    """Percentiles the SLOs refer to (``ttft_p97`` -> 97.0), so the summary computes them."""
+    out = set()
+    for slo in slos:
+        match = _LATENCY.match(slo.name)
+        if match and match.group(2).startswith("p"):
+            out.add(float(match.group(2)[1:]))
+    return out
 
 
 def evaluate(slo: Slo, summary: Summary) -> Verdict:

@@ -63,7 +63,12 @@ def _build(node: yaml.Node, prefix: str, lines: dict[str, int], path: Path) -> A
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = str(_scalar(key_node))
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise ConfigError(
+                    f"{path}:{key_node.start_mark.line + 1}: field '{prefix or '(top level)'}': "
+                    "YAML merge keys (<<) are not supported; write the fields out"
+                )
+            key = str(_scalar(key_node, path, prefix or "(top level)"))
             field = f"{prefix}.{key}" if prefix else key
             if key in out:
                 raise ConfigError(
@@ -79,8 +84,14 @@ def _build(node: yaml.Node, prefix: str, lines: dict[str, int], path: Path) -> A
             lines[field] = item.start_mark.line + 1
             items.append(_build(item, field, lines, path))
         return items
-    return _scalar(node)
+    return _scalar(node, path, prefix)
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return yaml.SafeLoader("").construct_object(node)
+def _scalar(node: yaml.Node, path: Path, field: str) -> Any:
+    try:
+        return yaml.SafeLoader("").construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            f"{path}:{node.start_mark.line + 1}: field '{field}': cannot read value: {problem}"
+        ) from None

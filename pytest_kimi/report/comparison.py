@@ -47,6 +47,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("e2e_mean", "E2E mean", "ms"),
     ("e2e_p95", "E2E p95", "ms"),
     ("peak_concurrency", "Peak concurrent requests (exact)", "count"),
+    ("goodput", "Goodput (req/s meeting per-request SLOs)", "req/s"),
 )
 
 

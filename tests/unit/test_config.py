@@ -556,22 +556,17 @@ def test_config_error_is_value_error() -> None:
 # ----------------------------------------------------------------------------- known bugs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ssh check always names 'server.port', even when router.port is the auto one",
-)
 def test_ssh_router_auto_port_names_router_port(tmp_path: Path) -> None:
     text = edit("executor: local", "executor: ssh")
-    text = edit("  model_path: /models/m\n", "  model_path: /models/m\n  port: 30001\n", text)
+    text = edit(
+        "  model_path: /models/m\n",
+        "  model_path: /models/m\n  port: 30001\n  dist_init_port: 5000\n",
+        text,
+    )
     _, msg = load_error(tmp_path, text)
     assert "field 'router.port'" in msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ssh cluster with dist_init_port: auto loads; planning then binds a local "
-    "socket to the remote host name (socket.gaierror)",
-)
 def test_ssh_auto_dist_init_port_rejected(tmp_path: Path) -> None:
     text = (CLUSTERS / "pro6000.yaml").read_text(encoding="utf-8")
     text = edit("dist_init_port: 5757", "dist_init_port: auto", text)
@@ -579,10 +574,6 @@ def test_ssh_auto_dist_init_port_rejected(tmp_path: Path) -> None:
     assert "server.dist_init_port" in msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ssh cluster with router prometheus_port: auto loads (same gaierror at plan time)",
-)
 def test_ssh_auto_prometheus_port_rejected(tmp_path: Path) -> None:
     text = (CLUSTERS / "pro6000.yaml").read_text(encoding="utf-8")
     text = edit("prometheus_port: 29000", "prometheus_port: auto", text)
@@ -590,11 +581,6 @@ def test_ssh_auto_prometheus_port_rejected(tmp_path: Path) -> None:
     assert "router.prometheus_port" in msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: YAML tag/merge-key errors escape read_yaml as raw ValueError/ConstructorError "
-    "without the file path",
-)
 @pytest.mark.parametrize(
     ("old", "new"),
     [

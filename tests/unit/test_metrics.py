@@ -372,6 +372,8 @@ def expected_keys(pkeys: list[str]) -> set[str]:
         "max_concurrent_requests_bucketed",
         "percentiles",
         "distributions",
+        "goodput",
+        "goodput_limits_ms",
     }
     for m in ("ttft", "tpot", "itl", "e2e_latency"):
         keys |= {f"mean_{m}_ms", f"median_{m}_ms", f"std_{m}_ms"}
