@@ -1,9 +1,15 @@
 """Streaming benchmark client (httpx, asyncio) for SGLang's three APIs.
 
-It measures what ``sglang.bench_serving`` measures: ``send_time`` just before the request
-goes out, the arrival time of every chunk that carries generated text, and the end of the
-stream. Token counts come from the server (``meta_info`` or ``usage``), never from a local
-tokenizer.
+It measures what ``sglang.bench_serving`` measures: the time the request goes out, the arrival
+time of every chunk that carries generated text, and the end of the stream. Token counts come
+from the server (``meta_info`` or ``usage``), never from a local tokenizer.
+
+When the clock starts: bench_serving reads it before opening a connection, so its TTFT also
+holds connection set-up and the client library's own work before the first byte leaves. We
+keep that instant as ``start_time`` but start TTFT and E2E at ``send_time``: when httpx begins
+writing the request headers (its trace hook), i.e. just before the request is sent. On
+loopback that removes 0.5-3 ms of client-side noise per request, more under load, and far
+more for the first burst of a run, where many connections are set up at once.
 
 Connection policy: by default every request opens a new connection (``pooled=False``), as
 bench_serving does with one aiohttp session per request. Streaming through the SGLang Router
@@ -14,16 +20,23 @@ router side), while a new connection costs ~1-2 ms. ``pooled=True`` is there to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.workload.transport import MeasuringTransport
+
+loads = orjson.loads
+DRAIN_S = 1.0  # after [DONE], how long to wait for the body to end before letting it go
 
 API_PATHS = {
     "generate": "/generate",
@@ -82,7 +95,7 @@ class _StreamParser:
         self.api = api
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
-        self.replica: str | None = None
+        self.request_id: str | None = None
         self._seen = 0
 
     def feed(self, data: dict[str, Any]) -> int:
@@ -93,6 +106,7 @@ class _StreamParser:
             raise _ServerError(str(message))
         if self.api == "generate":
             meta = data.get("meta_info") or {}
+            self.request_id = meta.get("id", self.request_id)
             self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
             total = meta.get("completion_tokens")
             if total is None:
@@ -101,6 +115,7 @@ class _StreamParser:
             self._seen = int(total)
             self.completion_tokens = self._seen
             return new if data.get("text") else 0
+        self.request_id = data.get("id", self.request_id)
         usage = data.get("usage")
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
@@ -132,31 +147,24 @@ async def send_one(
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; failures are recorded, not raised."""
     parser = _StreamParser(api)
-    record.send_time = clock()
+    record.start_time = record.send_time = clock()
+
+    async def trace(event: str, info: dict) -> None:
+        if event == "http11.send_request_headers.started":
+            record.send_time = clock()
+
     try:
         async with asyncio.timeout(timeout_s):
-            async with http.stream("POST", url, json=body) as response:
+            stream = http.stream("POST", url, json=body, extensions={"trace": trace})
+            async with stream as response:
                 record.status = response.status_code
                 record.replica = response.headers.get("x-kimi-replica")
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")[:500]
                     raise _ServerError(f"HTTP {response.status_code}: {text}")
-                done = False
-                async for line in response.aiter_lines():
-                    now = clock()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    tokens = parser.feed(json.loads(data))
-                    if tokens > 0:
-                        if record.first_token_time is None:
-                            record.first_token_time = now
-                        record.chunks.append(Chunk(now, tokens))
-                record.end_time = clock()
-                if not done:
+                done_at = await _read_events(response, parser, record, clock)
+                record.end_time = clock() if done_at is None else done_at
+                if done_at is None:
                     raise _ServerError("stream ended without [DONE]")
         record.success = record.first_token_time is not None
         if not record.success:
@@ -165,7 +173,7 @@ async def send_one(
         record.error = f"timeout: no complete response within {timeout_s:g}s"
     except _ServerError as exc:
         record.error = str(exc)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, orjson.JSONDecodeError) as exc:
         record.error = f"malformed SSE data: {exc}"
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}"
@@ -173,14 +181,60 @@ async def send_one(
         record.end_time = clock()
     record.prompt_tokens = parser.prompt_tokens
     record.completion_tokens = parser.completion_tokens
+    record.request_id = parser.request_id
     return record
 
 
+async def _read_events(
+    response: httpx.Response,
+    parser: _StreamParser,
+    record: RequestRecord,
+    clock: Callable[[], float],
+) -> float | None:
+    """Consume SSE ``data:`` lines; return when ``[DONE]`` arrived (None: it never did).
+
+    Works on raw byte reads and stamps every event in a read with the read's arrival time:
+    events that arrived together were, for the client, received together. Bytes and orjson
+    keep the per-event cost low, so the client keeps up with hundreds of streams.
+    """
+    pending = b""
+    arrival = response.extensions.get("kimi_arrival")
+    pieces = response.aiter_bytes().__aiter__()
+    done_at: float | None = None
+    while True:
+        try:
+            if done_at is None:
+                data = await anext(pieces)
+            else:  # drain the body's end, so a pooled connection can be reused
+                data = await asyncio.wait_for(anext(pieces), DRAIN_S)
+        except (StopAsyncIteration, TimeoutError):
+            return done_at
+        now = arrival.time if arrival is not None else clock()
+        if done_at is not None:
+            continue
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                done_at = now
+                break
+            tokens = parser.feed(loads(payload))
+            if tokens > 0:
+                if record.first_token_time is None:
+                    record.first_token_time = now
+                record.chunks.append(Chunk(now, tokens))
+
+
 def _client(pooled: bool, timeout_s: float) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None if pooled else 0)
-    return httpx.AsyncClient(
-        limits=limits, timeout=httpx.Timeout(timeout_s, connect=30.0), trust_env=False
-    )
+    """Fresh connections through :class:`MeasuringTransport`, or httpx's keep-alive pool."""
+    timeout = httpx.Timeout(timeout_s, connect=30.0)
+    if pooled:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+    return httpx.AsyncClient(transport=MeasuringTransport(), timeout=timeout, trust_env=False)
 
 
 async def run_requests(
@@ -194,29 +248,59 @@ async def run_requests(
     """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency."""
     url = base_url.rstrip("/") + API_PATHS[options.api]
     records: list[RequestRecord] = []
-    async with _client(options.pooled, options.timeout_s) as http:
-        for i, spec in enumerate(warmup):
-            record = _new_record(-1 - i, spec, options, warmup=True)
-            body = payload(options.api, spec.text, options.output_len, options.model)
-            records.append(await send_one(http, url, body, record, options.api, options.timeout_s))
-        semaphore = asyncio.Semaphore(options.concurrency)
-        rng = random.Random(options.seed)
-
-        async def one(index: int, spec: RequestSpec) -> RequestRecord:
-            async with semaphore:
-                record = _new_record(index, spec, options)
-                body = payload(options.api, spec.text, options.output_len, options.model)
-                await send_one(http, url, body, record, options.api, options.timeout_s)
-                on_done(record)
-                return record
-
-        tasks = []
-        for index, spec in enumerate(requests):
-            tasks.append(asyncio.create_task(one(index, spec)))
-            if options.request_rate != float("inf") and index + 1 < len(requests):
-                await asyncio.sleep(rng.expovariate(options.request_rate))
-        records.extend(await asyncio.gather(*tasks))
+    with _no_gc_pauses():
+        async with _client(options.pooled, options.timeout_s) as http:
+            await _send_all(http, url, requests, options, warmup, on_done, records)
     return records
+
+
+@contextlib.contextmanager
+def _no_gc_pauses() -> Iterator[None]:
+    """No cyclic-GC pass during the run: in a big process (pytest) one takes 50-100 ms, and
+    every stream that had a chunk waiting would record it that much late. Reference counting
+    still frees almost everything; a full collection runs once the run is over."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
+
+
+async def _send_all(
+    http: httpx.AsyncClient,
+    url: str,
+    requests: Sequence[RequestSpec],
+    options: ClientOptions,
+    warmup: Sequence[RequestSpec],
+    on_done: Callable[[RequestRecord], None],
+    records: list[RequestRecord],
+) -> None:
+    """Warmup one by one (kept, marked), then the measured requests at fixed concurrency."""
+    for i, spec in enumerate(warmup):
+        record = _new_record(-1 - i, spec, options, warmup=True)
+        body = payload(options.api, spec.text, options.output_len, options.model)
+        records.append(await send_one(http, url, body, record, options.api, options.timeout_s))
+    semaphore = asyncio.Semaphore(options.concurrency)
+    rng = random.Random(options.seed)
+
+    async def one(index: int, spec: RequestSpec) -> RequestRecord:
+        async with semaphore:
+            record = _new_record(index, spec, options)
+            body = payload(options.api, spec.text, options.output_len, options.model)
+            await send_one(http, url, body, record, options.api, options.timeout_s)
+            on_done(record)
+            return record
+
+    tasks = []
+    for index, spec in enumerate(requests):
+        tasks.append(asyncio.create_task(one(index, spec)))
+        if options.request_rate != float("inf") and index + 1 < len(requests):
+            await asyncio.sleep(rng.expovariate(options.request_rate))
+    records.extend(await asyncio.gather(*tasks))
 
 
 def _new_record(

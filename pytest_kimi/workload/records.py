@@ -30,13 +30,15 @@ class RequestRecord:
     prompt_id: str
     nominal_input_tokens: int
     max_output_tokens: int
-    send_time: float = 0.0
+    send_time: float = 0.0  # the request's first byte is about to be written
+    start_time: float | None = None  # before connecting (bench_serving's clock start)
     first_token_time: float | None = None
     end_time: float | None = None
     chunks: list[Chunk] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     replica: str | None = None
+    request_id: str | None = None  # the server's id for it (meta_info.id / OpenAI id)
     status: int | None = None
     success: bool = False
     error: str = ""

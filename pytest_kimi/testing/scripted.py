@@ -1,0 +1,195 @@
+"""A ground-truth server: streams SGLang ``/generate`` chunks on a per-request script.
+
+Used to check a client's timing, not to model a GPU. Each request's script (time to first
+token, gap between tokens, tokens per chunk) comes from the request itself
+(``sampling_params.script``) or, for clients that cannot send one (``sglang.bench_serving``),
+from a seeded generator keyed by arrival order.
+
+Scripts are anchored at the moment the client sent the request when the client says so
+(``X-Kimi-Sent-At``, on ``time.perf_counter``: CLOCK_MONOTONIC, shared by all processes on the
+machine), else at the request's arrival. It is a bare asyncio protocol rather than a web
+framework on purpose: arrival is stamped in ``data_received`` and every chunk's write right
+after ``transport.write``, with no framework queueing in between. ``GET /truth`` returns what
+happened, per request, with the client's port.
+
+Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Defaults:
+    """Scripts for requests that bring none."""
+
+    ttft_ms: float = 50.0
+    itl_ms: float = 5.0
+    tokens_per_chunk: int = 1
+    jitter: float = 0.0  # each request's ttft/itl is stretched by up to this fraction
+    seed: int = 0
+
+
+@dataclass
+class State:
+    defaults: Defaults
+    truth: list[dict[str, Any]] = field(default_factory=list)
+
+
+def make_script(body: dict[str, Any], defaults: Defaults, index: int) -> dict[str, Any]:
+    params = body.get("sampling_params") or {}
+    script = dict(params.get("script") or {})
+    rng = random.Random(defaults.seed * 100003 + index)
+    script.setdefault("ttft_ms", defaults.ttft_ms * (1 + defaults.jitter * rng.random()))
+    script.setdefault("itl_ms", defaults.itl_ms * (1 + defaults.jitter * rng.random()))
+    script.setdefault("tokens_per_chunk", defaults.tokens_per_chunk)
+    script.setdefault("max_new_tokens", int(params.get("max_new_tokens", 16)))
+    return script
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.buffer = b""
+        self.arrived = 0.0
+        self.anchor = 0.0  # the client's send time when it tells us, else our arrival
+        self.keep_alive = False  # keep-alive clients get chunked bodies on a reused connection
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.buffer:
+            self.arrived = time.perf_counter()
+        self.buffer += data
+        head, sep, body = self.buffer.partition(b"\r\n\r\n")
+        if not sep:
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
+        }
+        length = int(headers.get("content-length", "0"))
+        if len(body) < length:
+            return
+        self.buffer = b""
+        self.keep_alive = headers.get("connection", "").lower() != "close"
+        sent_at = headers.get("x-kimi-sent-at")
+        self.anchor = float(sent_at) if sent_at else self.arrived
+        asyncio.get_running_loop().create_task(self.handle(method, path, body[:length]))
+
+    def _send(self, status: str, content_type: str, payload: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload
+        )
+        self.transport.close()
+
+    async def handle(self, method: str, path: str, body: bytes) -> None:
+        if method == "POST" and path == "/generate":
+            await self.generate(json.loads(body or b"{}"))
+        elif path == "/truth":
+            self._send("200 OK", "application/json", json.dumps(self.state.truth).encode())
+        elif path == "/reset":
+            self.state.truth.clear()
+            self._send("200 OK", "text/plain", b"ok")
+        elif method == "GET":
+            info = {"model_path": "scripted", "is_generation": True}
+            self._send("200 OK", "application/json", json.dumps(info).encode())
+        else:
+            self._send("404 Not Found", "text/plain", b"not found")
+
+    async def generate(self, body: dict[str, Any]) -> None:
+        assert self.transport is not None
+        truth = self.state.truth
+        index = len(truth)
+        script = make_script(body, self.state.defaults, index)
+        text = body.get("text") or ""
+        peer = self.transport.get_extra_info("peername")
+        entry: dict[str, Any] = {
+            "index": index,
+            "prompt_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "prompt_tokens": len(text.split()),
+            "peer": list(peer) if peer else None,
+            "received": self.arrived,
+            "anchor": self.anchor,
+            "script": script,
+            "chunks": [],
+        }
+        truth.append(entry)
+        keep = self.keep_alive
+        framing = b"Transfer-Encoding: chunked" if keep else b"Connection: close"
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + framing + b"\r\n\r\n"
+        )
+
+        def send(data: bytes) -> None:
+            assert self.transport is not None
+            self.transport.write(b"%x\r\n%s\r\n" % (len(data), data) if keep else data)
+
+        total = script["max_new_tokens"]
+        per_chunk = max(1, int(script["tokens_per_chunk"]))
+        deadline = self.anchor + script["ttft_ms"] / 1000
+        done = 0
+        while done < total:
+            n = min(per_chunk, total - done)
+            delay = deadline - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            done += n
+            meta = {
+                "id": str(index),
+                "prompt_tokens": entry["prompt_tokens"],
+                "completion_tokens": done,
+                "finish_reason": {"type": "length", "length": done} if done == total else None,
+            }
+            payload = json.dumps({"text": " tok" * done, "meta_info": meta})
+            send(f"data: {payload}\n\n".encode())
+            entry["chunks"].append([time.perf_counter(), n])
+            deadline += script["itl_ms"] / 1000 * n
+        send(b"data: [DONE]\n\n")
+        entry["end"] = time.perf_counter()
+        if keep:
+            self.transport.write(b"0\r\n\r\n")
+        else:
+            self.transport.close()
+
+
+async def serve(host: str, port: int, defaults: Defaults) -> None:
+    state = State(defaults)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Protocol(state), host, port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="ground-truth streaming server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=5.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of scripts")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    defaults = Defaults(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, args.jitter, args.seed)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args.host, args.port, defaults))
+
+
+if __name__ == "__main__":
+    main()
