@@ -154,7 +154,7 @@ def test_local_yaml_loads() -> None:
     assert wl.api == "generate"
     assert wl.request_timeout_s == 1800.0
 
-    assert cfg.slo == {"ttft_p95": "30s", "tpot_p95": "160ms", "tpot_mean": "150ms"}
+    assert cfg.slo == {"ttft_p95": "30s", "tpot_p95": "200ms", "tpot_mean": "150ms"}
     assert cfg.mock is not None
     assert cfg.mock.time_scale == 40.0 and cfg.time_scale == 40.0
     assert cfg.mock.seed == 1
