@@ -87,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-gpus-per-node", type=int, default=None)
     add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
     add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
+    add(
+        "--mock-fault",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fault knob, repeatable (see pytest_kimi/mock/faults.py)",
+    )
     return p
 
 

@@ -37,6 +37,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.emitted_tokens = 0
         self.prompt_tokens_total = 0
+        self.stalled = False  # a fault: the scheduler stops making progress
 
     def cluster_now(self) -> float:
         return (self.clock() - self.origin) * self.time_scale
@@ -73,7 +74,7 @@ class Engine:
             if self.arrivals:
                 first = self.arrivals[0][3]
                 nxt = first if nxt is None else min(nxt, first)
-            if nxt is None:
+            if nxt is None or self.stalled:
                 self.wake.clear()
                 await self.wake.wait()
                 continue

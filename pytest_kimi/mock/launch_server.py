@@ -18,6 +18,7 @@ from aiohttp import web
 
 from pytest_kimi.mock.args import MockArgs, parse_args
 from pytest_kimi.mock.engine import Engine
+from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, join
 from pytest_kimi.mock.scheduler import ReplicaSim
@@ -72,6 +73,13 @@ async def _main(args: MockArgs) -> int:
         return await _worker_rank(args, stop, prefix)
 
     engine = build_engine(args)
+    faults = Faults(seed=args.mock_seed)
+    try:
+        faults.update(parse_flags(args.mock_fault))
+    except FaultError as exc:
+        log.error("[%s] --mock-fault: %s", prefix, exc)
+        return 2
+    engine.stalled = faults.stall
     rendezvous = Rank0(args.dist_init_addr or "127.0.0.1:0", nnodes) if nnodes > 1 else None
     if rendezvous is not None:
         await rendezvous.start()
@@ -86,7 +94,7 @@ async def _main(args: MockArgs) -> int:
     )
     if args.mock_startup_delay:
         await asyncio.sleep(args.mock_startup_delay)
-    runner = await _serve(build_app(args, engine), args.host, args.port)
+    runner = await _serve(build_app(args, engine, faults), args.host, args.port)
     scheduler = asyncio.create_task(engine.run())
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     log.info(READY_LINE)

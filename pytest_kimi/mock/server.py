@@ -7,7 +7,10 @@ with ``meta_info``; the OpenAI routes stream deltas and, when asked, a final usa
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -16,17 +19,21 @@ from aiohttp import web
 
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.engine import Engine
+from pytest_kimi.mock.faults import LOG_LINES, FaultError, Faults
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR, count_tokens, vocabulary
 
 VERSION = "0.5.9-kimi-mock"
 ENGINE_KEY = web.AppKey("engine", Engine)
 ARGS_KEY = web.AppKey("args", MockArgs)
+FAULTS_KEY = web.AppKey("faults", Faults)
+log = logging.getLogger("sglang.mock")
 
 
-def build_app(args: MockArgs, engine: Engine) -> web.Application:
+def build_app(args: MockArgs, engine: Engine, faults: Faults | None = None) -> web.Application:
     """The rank-0 application: every SGLang endpoint the product and its peers use."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE_KEY], app[ARGS_KEY] = engine, args
+    app[FAULTS_KEY] = faults or Faults()
     r = app.router
     r.add_get("/health", _health)
     r.add_get("/health_generate", _health)
@@ -42,19 +49,51 @@ def build_app(args: MockArgs, engine: Engine) -> web.Application:
     r.add_get("/get_load", _get_load)
     r.add_get("/metrics", _metrics)
     r.add_get("/kimi/ground_truth", _ground_truth)
+    r.add_post("/kimi/faults", _set_faults)
     return app
 
 
 def build_dummy_app() -> web.Application:
     """Ranks >= 1: SGLang serves a dummy health endpoint that always answers 200."""
     app = web.Application()
-    app.router.add_get("/health", _health)
-    app.router.add_get("/health_generate", _health)
+    app.router.add_get("/health", _dummy_health)
+    app.router.add_get("/health_generate", _dummy_health)
     return app
 
 
-async def _health(request: web.Request) -> web.Response:
+async def _dummy_health(request: web.Request) -> web.Response:
     return web.Response(status=200)
+
+
+async def _health(request: web.Request) -> web.Response:
+    faults = request.app[FAULTS_KEY]
+    if faults.health == "fail":
+        return web.Response(status=503, text="unhealthy (mock fault)\n")
+    delay = faults.health_delay()
+    if delay:
+        await asyncio.sleep(delay)
+    return web.Response(status=200)
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    """Test-only: change fault knobs at run time (JSON object of knob -> value)."""
+    faults, engine = request.app[FAULTS_KEY], request.app[ENGINE_KEY]
+    try:
+        faults.update(await _body(request))
+    except FaultError as exc:
+        raise _BadRequest(str(exc)) from None
+    engine.stalled = faults.stall
+    engine.wake.set()
+    state = {
+        "crash_after": faults.crash_after,
+        "stall": faults.stall,
+        "cut_after_tokens": faults.cut_after_tokens,
+        "malformed_after_tokens": faults.malformed_after_tokens,
+        "error_rate": faults.error_rate,
+        "health": faults.health,
+        "requests_seen": faults.requests_seen,
+    }
+    return web.json_response(state)
 
 
 async def _model_info(request: web.Request) -> web.Response:
@@ -182,14 +221,27 @@ async def _run(
     request: web.Request, prompt_tokens: int, max_new: int, stream: bool, render: Any
 ) -> web.StreamResponse:
     """Submit to the engine; stream (or collect) tokens, rendering each with ``render``."""
-    engine = request.app[ENGINE_KEY]
+    engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
+    faults.requests_seen += 1
+    if faults.crash_after is not None and faults.requests_seen > faults.crash_after:
+        log.error(LOG_LINES["engine_dead"])
+        logging.shutdown()
+        os._exit(1)
+    if faults.should_fail_request():
+        raise web.HTTPInternalServerError(
+            text=json.dumps({"error": {"message": "mock fault: internal error", "code": 500}}),
+            content_type="application/json",
+        )
     rid = uuid.uuid4().hex
     handle = engine.submit(rid, prompt_tokens, max_new)
+    args = request.app[ARGS_KEY]
+    replica = f"{args.host}:{args.port}"
     words = _words(rid, max_new)
     started = time.monotonic()
     response: web.StreamResponse | None = None
     if stream:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        headers = {"Content-Type": "text/event-stream", "X-Kimi-Replica": replica}
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
     try:
         generated = 0
@@ -197,10 +249,22 @@ async def _run(
             event = await handle.queue.get()
             generated = event.generated
             if response is not None:
-                state = _State(rid, prompt_tokens, words, generated, event.finished, started)
+                state = _State(
+                    rid, prompt_tokens, words, generated, event.finished, started, replica
+                )
                 for chunk in render(state):
                     await response.write(_sse(chunk))
-        final = _State(rid, prompt_tokens, words, generated, True, started)
+                if faults.malformed_after_tokens is not None and (
+                    generated >= faults.malformed_after_tokens
+                ):
+                    await response.write(b"data: {this is not json\n\n")
+                if faults.cut_after_tokens is not None and generated >= faults.cut_after_tokens:
+                    log.error("mock fault: cutting stream %s after %d tokens", rid, generated)
+                    engine.abort(rid)
+                    if request.transport is not None:
+                        request.transport.close()
+                    return response
+        final = _State(rid, prompt_tokens, words, generated, True, started, replica)
     except BaseException:
         engine.abort(rid)
         raise
@@ -217,9 +281,10 @@ class _State:
     """A request's progress, as renderers need it."""
 
     def __init__(
-        self, rid: str, prompt: int, words: list[str], generated: int, done: bool, started: float
-    ) -> None:
-        self.rid, self.prompt, self.words = rid, prompt, words
+        self, rid: str, prompt: int, words: list[str], generated: int, done: bool, started: float,
+        replica: str = "",
+    ) -> None:  # fmt: skip
+        self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
         self.generated, self.done, self.started = generated, done, started
 
     def text(self, start: int = 0) -> str:
@@ -229,6 +294,7 @@ class _State:
         finish = {"type": "length", "length": self.generated} if self.done else None
         return {
             "id": self.rid,
+            "kimi_replica": self.replica,
             "finish_reason": finish,
             "prompt_tokens": self.prompt,
             "completion_tokens": self.generated,

@@ -96,6 +96,7 @@ class _StreamParser:
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.request_id: str | None = None
+        self.replica: str | None = None
         self._seen = 0
 
     def feed(self, data: dict[str, Any]) -> int:
@@ -107,6 +108,7 @@ class _StreamParser:
         if self.api == "generate":
             meta = data.get("meta_info") or {}
             self.request_id = meta.get("id", self.request_id)
+            self.replica = meta.get("kimi_replica", self.replica)
             self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
             total = meta.get("completion_tokens")
             if total is None:
@@ -182,6 +184,7 @@ async def send_one(
     record.prompt_tokens = parser.prompt_tokens
     record.completion_tokens = parser.completion_tokens
     record.request_id = parser.request_id
+    record.replica = record.replica or parser.replica
     return record
 
 

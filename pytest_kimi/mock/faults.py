@@ -1,0 +1,117 @@
+"""Fault knobs: make one mock process fail the ways real SGLang servers fail.
+
+Set at start with ``--mock-fault NAME=VALUE`` (repeatable) or at run time with
+``POST /kimi/faults`` and a JSON object of the same names. The reliability tests use them to
+prove that every failure is explained and nothing is lost.
+
+| knob | value | effect |
+|---|---|---|
+| ``crash_after`` | N | request N+1 kills the process (exit 1, EngineDeadError logged) |
+| ``stall`` | true/false | the scheduler stops: running requests never finish |
+| ``cut_after_tokens`` | K | each stream is cut (connection closed, no ``[DONE]``) after K tokens |
+| ``malformed_after_tokens`` | K | after K tokens a stream carries a line that is not JSON |
+| ``error_rate`` | 0..1 | that share of generation requests get HTTP 500 (seeded) |
+| ``health`` | ok / fail / slow:S | ``/health`` answers 503, or only after S wall seconds |
+| ``log`` | oom / nccl / traceback / engine_dead | print that error to the log now |
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+log = logging.getLogger("sglang.mock")
+
+LOG_LINES = {
+    "oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+    "GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free.",
+    "nccl": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+    "unhandled system error, NCCL version 2.21.5 (ncclSystemError)",
+    "traceback": "Traceback (most recent call last):\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2521, '
+    "in run_scheduler_process\n    scheduler.event_loop_normal()\nRuntimeError: mock fault",
+    "engine_dead": "sglang.srt.managers.io_struct.EngineDeadError: The engine is dead "
+    "(scheduler process exited). Please restart the server.",
+}
+
+
+class FaultError(ValueError):
+    """A knob name or value that does not exist."""
+
+
+@dataclass
+class Faults:
+    """The current fault settings of one process."""
+
+    crash_after: int | None = None
+    stall: bool = False
+    cut_after_tokens: int | None = None
+    malformed_after_tokens: int | None = None
+    error_rate: float = 0.0
+    health: str = "ok"
+    seed: int = 0
+    rng: random.Random = field(default_factory=random.Random, repr=False)
+    requests_seen: int = 0
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Apply knobs by name; ``log`` prints its line at once."""
+        names = {f.name for f in fields(self)} - {"rng", "requests_seen"}
+        for name, value in values.items():
+            if name == "log":
+                line = LOG_LINES.get(str(value))
+                if line is None:
+                    raise FaultError(f"log: one of {', '.join(LOG_LINES)}, got {value!r}")
+                log.error(line)
+            elif name not in names:
+                raise FaultError(f"unknown fault {name!r}; known: {', '.join(sorted(names))}, log")
+            else:
+                setattr(self, name, _convert(name, value))
+        self.rng.seed(self.seed)
+
+    def should_fail_request(self) -> bool:
+        return self.error_rate > 0 and self.rng.random() < self.error_rate
+
+    def health_delay(self) -> float:
+        if self.health.startswith("slow:"):
+            return float(self.health.split(":", 1)[1])
+        return 0.0
+
+
+def _convert(name: str, value: Any) -> Any:
+    try:
+        if name == "stall":
+            if isinstance(value, str):
+                return value.lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if name in ("crash_after", "cut_after_tokens", "malformed_after_tokens"):
+            return None if value in (None, "", "none") else int(value)
+        if name == "error_rate":
+            rate = float(value)
+            if not 0 <= rate <= 1:
+                raise ValueError
+            return rate
+        if name == "seed":
+            return int(value)
+        if name == "health":
+            text = str(value)
+            if text not in ("ok", "fail") and not (
+                text.startswith("slow:") and float(text[5:]) >= 0
+            ):
+                raise ValueError
+            return text
+    except (TypeError, ValueError):
+        raise FaultError(f"{name}: bad value {value!r}") from None
+    raise FaultError(f"unknown fault {name!r}")
+
+
+def parse_flags(items: list[str]) -> dict[str, str]:
+    """``["crash_after=3", "log=oom"]`` -> dict; a malformed item raises FaultError."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise FaultError(f"--mock-fault expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
