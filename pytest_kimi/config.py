@@ -23,6 +23,7 @@ __all__ = [
     "MockConfig",
     "Node",
     "RouterConfig",
+    "SSHConfig",
     "ServerConfig",
     "WorkloadConfig",
     "load_cluster",
@@ -36,12 +37,28 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
+class SSHConfig:
+    """How to reach a node over SSH. Secrets are never values here, only where to find them."""
+
+    user: str = "root"
+    port: int = 22
+    key: str | None = None  # private key file
+    passphrase_env: str | None = None  # NAME of the environment variable holding its passphrase
+    known_hosts: str | None = None  # default: ~/.ssh/known_hosts
+    check_host_keys: bool = True
+    jump_host: str | None = None  # [user@]host[:port]
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class Node:
     """One machine of the cluster (a local process group on the mock)."""
 
     name: str
     host: str
     gpus: int
+    ssh: SSHConfig = field(default_factory=SSHConfig)
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,7 @@ class ServerConfig:
     python: str
     module: str
     model_path: str
+    wrapper: tuple[str, ...]  # argv put before python, e.g. a container: [docker, exec, sglang]
     port: int | None  # None: pick a free port at bring-up (local only)
     dist_init_port: int | None
     args: Mapping[str, str | int | float | bool]
@@ -83,6 +101,8 @@ class RouterConfig:
     policy: str
     args: Mapping[str, str | int | float | bool]
     env: Mapping[str, str]
+    wrapper: tuple[str, ...] = ()
+    model_mount: str | None = None  # the model dir the router reads its tokenizer from
 
 
 @dataclass(frozen=True)
@@ -131,6 +151,7 @@ class ClusterConfig:
     mock: MockConfig | None
     startup_timeout_s: float
     source: Located = field(repr=False, compare=False)
+    work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
 
     @property
     def time_scale(self) -> float:
@@ -218,6 +239,18 @@ class _Fields:
             raise self.error(key, f"expected a port 1-65535 or 'auto', got {value!r}")
         return value
 
+    def bool(self, key: str, default: Any = ...) -> Any:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def argv(self, key: str) -> tuple[str, ...]:
+        value = self.raw(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, "expected a list of command-line words, e.g. [docker, exec, c]")
+        return tuple(value)
+
     def sub(self, key: str, default: Any = ...) -> _Fields:
         return _Fields(self.src, self.raw(key, default), self._name(key))
 
@@ -267,8 +300,9 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     top = _Fields(src, src.data, "")
     name = top.str("name")
     executor = top.str("executor", "local", choices=("local", "ssh"))
-
-    nodes = _nodes(top)
+    defaults = _ssh(top.sub("ssh", {}), SSHConfig())
+    nodes = _nodes(top, defaults)
+    work_dir = top.str("work_dir", "/tmp/pytest-kimi")
     dep = top.sub("deployment")
     replicas = dep.int("replicas", minimum=1)
     per_replica = dep.int("nodes_per_replica", minimum=1)
@@ -320,17 +354,42 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         mock=mock,
         startup_timeout_s=startup,
         source=src,
+        work_dir=work_dir,
     )
 
 
-def _nodes(top: _Fields) -> tuple[Node, ...]:
+def _ssh(f: _Fields, base: SSHConfig) -> SSHConfig:
+    """An ``ssh:`` block; missing fields come from ``base`` (the cluster-wide defaults)."""
+    ssh = SSHConfig(
+        user=f.str("user", base.user),
+        port=f.int("port", base.port, minimum=1),
+        key=f.str("key", base.key),
+        passphrase_env=f.str("passphrase_env", base.passphrase_env),
+        known_hosts=f.str("known_hosts", base.known_hosts),
+        check_host_keys=f.bool("check_host_keys", base.check_host_keys),
+        jump_host=f.str("jump_host", base.jump_host),
+        connect_timeout_s=f.number("connect_timeout_s", base.connect_timeout_s),
+        command_timeout_s=f.number("command_timeout_s", base.command_timeout_s),
+    )
+    f.done()
+    if ssh.passphrase_env is not None and not _ENV_NAME.match(ssh.passphrase_env):
+        raise f.error("passphrase_env", "the NAME of an environment variable, not a passphrase")
+    return ssh
+
+
+def _nodes(top: _Fields, defaults: SSHConfig) -> tuple[Node, ...]:
     raw = top.raw("nodes")
     if not isinstance(raw, list) or not raw:
         raise top.error("nodes", "expected a non-empty list of nodes")
     nodes = []
     for i, item in enumerate(raw):
         f = _Fields(top.src, item, f"nodes[{i}]")
-        node = Node(name=f.str("name"), host=f.str("host"), gpus=f.int("gpus", minimum=1))
+        node = Node(
+            name=f.str("name"),
+            host=f.str("host"),
+            gpus=f.int("gpus", minimum=1),
+            ssh=_ssh(f.sub("ssh", {}), defaults),
+        )
         f.done()
         if not _NAME.match(node.name):
             raise f.error("name", f"{node.name!r} is not a plain name (letters, digits, . _ -)")
@@ -378,6 +437,7 @@ def _server(f: _Fields, path: Path) -> ServerConfig:
         python=_python(f.str("python", "python3")),
         module=f.str("module", "sglang.launch_server"),
         model_path=f.str("model_path"),
+        wrapper=f.argv("wrapper"),
         port=f.port("port"),
         dist_init_port=f.port("dist_init_port"),
         args=f.flags("args"),
@@ -397,6 +457,8 @@ def _router(f: _Fields, nodes: tuple[Node, ...]) -> RouterConfig:
         policy=f.str("policy", "round_robin"),
         args=f.flags("args"),
         env=f.strings("env", _ENV_NAME),
+        wrapper=f.argv("wrapper"),
+        model_mount=f.str("model_mount", None),
     )
     f.done()
     if router.node not in {n.name for n in nodes}:

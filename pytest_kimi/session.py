@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import signal
 import threading
 import time
@@ -23,8 +24,15 @@ import httpx
 from pytest_kimi import slo as slo_mod
 from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
 from pytest_kimi.deploy.deployment import Deployment
-from pytest_kimi.deploy.executor import LocalExecutor
-from pytest_kimi.deploy.plan import MOCK_MODULE, DeploymentPlan, plan_deployment
+from pytest_kimi.deploy.envinfo import node_environment
+from pytest_kimi.deploy.executor import Executor, LocalExecutor
+from pytest_kimi.deploy.plan import (
+    MOCK_MODULE,
+    DeploymentPlan,
+    plan_deployment,
+    resolve_model_path,
+)
+from pytest_kimi.deploy.ssh import SSHExecutor
 from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.report.comparison import (
@@ -32,6 +40,8 @@ from pytest_kimi.report.comparison import (
     build_comparison,
     render_markdown,
 )
+from pytest_kimi.report.dataquality import notes as quality_notes
+from pytest_kimi.report.dataquality import replica_split, scan_logs
 from pytest_kimi.report.resultdir import (
     client_environment,
     make_run_dir,
@@ -98,11 +108,6 @@ class KimiSession:
             )
         except (ConfigError, DatasetError, slo_mod.SloError) as exc:
             raise UsageProblem(str(exc)) from None
-        if cluster.executor != "local" and not options.endpoint:
-            raise UsageProblem(
-                f"{cluster.path}: executor {cluster.executor!r}: bring-up over SSH is not "
-                "available yet; start the deployment yourself and pass --kimi-endpoint URL"
-            )
         if options.endpoint and len(layouts) != 1:
             raise UsageProblem(
                 "--kimi-endpoint attaches to one running deployment: pass one --layout"
@@ -159,9 +164,10 @@ class KimiSession:
             write_json(profile_path, dict(self.cluster.mock.profile))
         plan = self.plan(layout, profile_path)
         self._write_manifest(layout, plan)
+        executor = self._executor(layout)
         dep = Deployment(
             plan,
-            LocalExecutor(),
+            executor,
             out / "logs",
             timeout_s=self.cluster.startup_timeout_s,
             progress=lambda m: self.say(f"[kimi {layout.name}] {m}"),
@@ -169,8 +175,37 @@ class KimiSession:
         with _sigterm_as_interrupt(), self._teardown(dep, layout, result):
             self.say(f"[kimi {layout.name}] bringing up {layout.label} x{self.cluster.replicas}")
             dep.start()
+            self._write_manifest(layout, plan, self._node_environments(executor, plan))
+            result.notes.extend(self._router_model_notes(executor, plan))
             self._warm_replicas(plan)
             yield plan.endpoint
+
+    def _executor(self, layout: Layout) -> Executor:
+        if self.cluster.executor == "ssh":
+            return SSHExecutor(self.cluster.work_dir, f"{self.run_dir.name}/{layout.name}")
+        return LocalExecutor()
+
+    def _node_environments(self, executor: Executor, plan: DeploymentPlan) -> list[dict]:
+        """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set."""
+        seen: dict[str, dict] = {}
+        for spec in plan.processes:
+            if spec.node.name in seen:
+                continue
+            cfg = self.cluster.router if spec.role == "router" else self.cluster.server
+            python = (*cfg.wrapper, cfg.python)
+            seen[spec.node.name] = node_environment(executor, spec.node, python, spec.env)
+        return list(seen.values())
+
+    def _router_model_notes(self, executor: Executor, plan: DeploymentPlan) -> list[str]:
+        """The router loads each worker's tokenizer from its model path: is it there?"""
+        path = self.cluster.router.model_mount or resolve_model_path(self.cluster.server.model_path)
+        code, _ = executor.run(plan.router.node, f"test -d {shlex.quote(path)}", 30)
+        if code == 0:
+            return []
+        return [
+            f"router host {plan.router.node.name} has no {path}: the router cannot load the "
+            "workers' tokenizer (harmless for round_robin); mount the model read-only there"
+        ]
 
     @contextlib.contextmanager
     def _teardown(self, dep: Deployment, layout: Layout, result: LayoutResult) -> Iterator[None]:
@@ -184,6 +219,8 @@ class KimiSession:
         finally:
             leftovers = dep.stop()
             self.say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
+            split = replica_split(result.records) if result.records else {}
+            result.notes.extend(quality_notes(scan_logs(dep.log_dir), split, self.cluster.replicas))
             if leftovers:
                 result.notes.append(
                     "processes left running after teardown: " + ", ".join(leftovers)
@@ -227,6 +264,7 @@ class KimiSession:
             run_requests(endpoint, measured, options, warmup=warmup, on_done=progress)
         )
         write_records(out / "records.jsonl", records)
+        result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
         result.summary = summarize(
             records,
@@ -243,7 +281,9 @@ class KimiSession:
         return result
 
     # -- files -------------------------------------------------------------------------------
-    def _write_manifest(self, layout: Layout, plan: DeploymentPlan | None) -> None:
+    def _write_manifest(
+        self, layout: Layout, plan: DeploymentPlan | None, nodes: list[dict] | None = None
+    ) -> None:
         manifest: dict[str, Any] = {
             "run_id": self.run_dir.name,
             "layout": {"name": layout.name, "tp": layout.tp, "pp": layout.pp, "ep": layout.ep},
@@ -283,11 +323,13 @@ class KimiSession:
                     "role": p.role,
                     "replica": p.replica,
                     "rank": p.rank,
-                    "command": p.command_line(),
+                    "command": p.command_line(redact=True),
                 }
                 for p in plan.processes
             ]
             manifest["router_url"] = plan.endpoint
+        if nodes is not None:
+            manifest["nodes"] = nodes
         write_json(self.layout_dir(layout) / "manifest.json", manifest)
 
     def _write_summary(self, layout: Layout) -> None:

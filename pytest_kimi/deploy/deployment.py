@@ -40,6 +40,7 @@ class Deployment:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
         self.timeout_s, self.progress = timeout_s, progress
         self.handles: dict[str, Handle] = {}
+        self.poll_s = getattr(executor, "poll_s", POLL_S)
         self.leftovers: list[str] = []
         self.started_at = 0.0
         self.ready_s = 0.0
@@ -96,7 +97,7 @@ class Deployment:
                     f"{self.timeout_s:g}s ({last}); last lines of its log:\n"
                     + self.executor.log_tail(self.handles[spec.name], 50)
                 )
-            time.sleep(POLL_S)
+            time.sleep(self.poll_s)
 
     def _wait_router(self, http: httpx.Client, deadline: float) -> None:
         router = self.plan.router
@@ -120,7 +121,7 @@ class Deployment:
                     f"({last}); last lines of its log:\n"
                     + self.executor.log_tail(self.handles[router.name], 50)
                 )
-            time.sleep(POLL_S)
+            time.sleep(self.poll_s)
 
     # -- teardown --------------------------------------------------------------------------
     def stop(self, grace_s: float = 10.0) -> list[str]:
@@ -132,11 +133,16 @@ class Deployment:
                 self.executor.stop(handle, grace_s)
             finally:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
-        self.leftovers = [
-            f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})"
-            for h in order
-            if self.executor.alive(h)
-        ]
+        self.leftovers = []
+        for h in order:
+            try:
+                alive = self.executor.alive(h)
+            except Exception as exc:  # an unreachable node: cannot prove it is gone
+                self.leftovers.append(f"{h.spec.name} on {h.spec.node.name}: unverifiable ({exc})")
+                continue
+            if alive:
+                self.leftovers.append(f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})")
+        self.executor.close()
         return self.leftovers
 
     def __enter__(self) -> Deployment:

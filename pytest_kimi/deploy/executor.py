@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from pytest_kimi.config import Node
 from pytest_kimi.deploy.plan import ProcessSpec
 
 
@@ -40,6 +41,7 @@ class Executor(Protocol):
     def alive(self, handle: Handle) -> bool: ...
     def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
     def fetch_log(self, handle: Handle, dest: Path) -> None: ...
+    def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
     def close(self) -> None: ...
 
 
@@ -53,6 +55,22 @@ def tail_file(path: Path, lines: int) -> str:
 
 class LocalExecutor:
     """Runs each process on this machine, in its own session, output to its log file."""
+
+    poll_s = 0.1
+
+    def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
+        """A shell command on this machine (every local "node" is this machine)."""
+        try:
+            done = subprocess.run(
+                ["sh", "-c", command],
+                capture_output=True,
+                text=True,
+                timeout=timeout or 60,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return 124, f"timed out: {command}"
+        return done.returncode, done.stdout + done.stderr
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_kimi.config import ClusterConfig, Layout, Node
+from pytest_kimi.deploy.secrets import redact_env
 
 MOCK_MODULE = "pytest_kimi.mock.launch_server"
 BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
@@ -36,9 +37,13 @@ class ProcessSpec:
     def url(self) -> str:
         return f"http://{_url_host(self.node.host)}:{self.port}"
 
-    def command_line(self) -> str:
-        """The shell-safe command line (environment first), as an engineer would type it."""
-        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+    def command_line(self, redact: bool = True) -> str:
+        """The shell-safe command line (environment first), as an engineer would type it.
+
+        With ``redact`` (the default: this text goes to terminals and manifests) values of
+        secret-looking variables are replaced by ``***``."""
+        env_items = redact_env(self.env) if redact else self.env
+        env = [f"{k}={shlex.quote(v)}" for k, v in env_items.items()]
         return " ".join([*env, shlex.join(self.argv)])
 
 
@@ -129,7 +134,7 @@ def plan_deployment(
         for rank, node in enumerate(nodes):
             http_port = port(srv.port, node.host)
             argv = [
-                srv.python, "-m", srv.module,
+                *srv.wrapper, srv.python, "-m", srv.module,
                 "--model-path", model_path,
                 "--tp-size", str(layout.tp),
                 "--pp-size", str(layout.pp),
@@ -166,7 +171,7 @@ def plan_deployment(
     prometheus_port = port(rtr.prometheus_port, router_node.host)
     workers = [s.url for s in servers if s.rank == 0]
     router_argv = [
-        rtr.python, "-m", rtr.module,
+        *rtr.wrapper, rtr.python, "-m", rtr.module,
         "--worker-urls", *workers,
         "--policy", rtr.policy,
         "--host", router_node.host,

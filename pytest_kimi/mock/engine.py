@@ -38,6 +38,7 @@ class Engine:
         self.emitted_tokens = 0
         self.prompt_tokens_total = 0
         self.stalled = False  # a fault: the scheduler stops making progress
+        self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
     def cluster_now(self) -> float:
         return (self.clock() - self.origin) * self.time_scale
@@ -79,6 +80,8 @@ class Engine:
                 await self.wake.wait()
                 continue
             delay = self.origin + nxt / self.time_scale - self.clock()
+            if delay <= 0:
+                self.lateness.append(-delay)
             if delay > 0:
                 self.wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):

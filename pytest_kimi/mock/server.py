@@ -171,9 +171,17 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _ground_truth(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
+    late = sorted(engine.lateness)
     body = {
         "time_scale": engine.time_scale,
         "requests": [r.ground_truth() for r in engine.sim.requests.values()],
+        "steps": engine.sim.steps,
+        "lateness_ms": {  # how late (wall) the scheduler ran each event: its own timing error
+            "count": len(late),
+            "mean": 1000 * sum(late) / len(late) if late else 0.0,
+            "p99": 1000 * late[int(0.99 * (len(late) - 1))] if late else 0.0,
+            "max": 1000 * late[-1] if late else 0.0,
+        },
     }
     return web.json_response(body)
 

@@ -27,6 +27,7 @@ class LayoutResult:
     error: str = ""
     result_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    records: list = field(default_factory=list, repr=False)  # RequestRecord, kept for notes
 
 
 # (metric name for Summary.metric, row label, unit)

@@ -9,7 +9,8 @@ Scripts are anchored at the moment the client sent the request when the client s
 (``X-Kimi-Sent-At``, on ``time.perf_counter``: CLOCK_MONOTONIC, shared by all processes on the
 machine), else at the request's arrival. It is a bare asyncio protocol rather than a web
 framework on purpose: arrival is stamped in ``data_received`` and every chunk's write right
-after ``transport.write``, with no framework queueing in between. ``GET /truth`` returns what
+after ``transport.write`` (and just before it: a preemption inside the write is the server's,
+not the client's), with no framework queueing in between. ``GET /truth`` returns what
 happened, per request, with the client's port.
 
 Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
@@ -157,9 +158,11 @@ class _Protocol(asyncio.Protocol):
                 "finish_reason": {"type": "length", "length": done} if done == total else None,
             }
             payload = json.dumps({"text": " tok" * done, "meta_info": meta})
+            before = time.perf_counter()
             send(f"data: {payload}\n\n".encode())
-            entry["chunks"].append([time.perf_counter(), n])
+            entry["chunks"].append([time.perf_counter(), n, before])
             deadline += script["itl_ms"] / 1000 * n
+        entry["end_before"] = time.perf_counter()
         send(b"data: [DONE]\n\n")
         entry["end"] = time.perf_counter()
         if keep:

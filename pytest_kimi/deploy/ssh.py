@@ -1,0 +1,222 @@
+"""Run a plan's processes on remote nodes over SSH (fabric / paramiko).
+
+Each process starts detached in its own session, the way DESIGN.md's trials showed works:
+``setsid nohup sh -c '<cmd> >LOG 2>&1; echo $? >EXIT' & echo $!``; the printed pid is the
+process-group id, so stopping the group stops everything the process started. Logs and exit
+codes live in ``<work_dir>/<run>/`` on the node and are fetched at teardown.
+
+Care taken: host keys are checked against the cluster's known_hosts (``RejectPolicy``) unless
+the YAML opts out; connect, banner, auth and channel timeouts are set so a dead host fails in
+seconds, not hours; keepalives notice a host that dies mid-run; every value is shell-quoted;
+a key passphrase is read from the environment variable the YAML names and goes nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import fabric
+import invoke
+import paramiko
+
+from pytest_kimi.config import Node
+from pytest_kimi.deploy.executor import Handle
+from pytest_kimi.deploy.plan import ProcessSpec
+
+
+class NodeError(RuntimeError):
+    """A node could not be reached or did not do what was asked; names node and cause."""
+
+
+def _cause(exc: BaseException, node: Node, known_hosts: str) -> str:
+    ssh = node.ssh
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (
+            f"host key mismatch: the key offered is not the one in {known_hosts} "
+            "(reinstalled host, or someone in the middle); refusing to connect"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        key = ssh.key or "default keys"
+        return f"SSH authentication refused for user {ssh.user!r} with {key}"
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+        return f"host key not found in {known_hosts}; add it, or set check_host_keys: false"
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return f"unreachable: no answer on port {ssh.port} within {ssh.connect_timeout_s:g}s"
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | OSError):
+        return f"unreachable: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class SSHExecutor:
+    """The :class:`~pytest_kimi.deploy.executor.Executor` for real clusters."""
+
+    poll_s = 0.5
+
+    def __init__(
+        self, work_dir: str, run_tag: str, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.remote_dir = f"{work_dir.rstrip('/')}/{run_tag}"
+        self.environ = os.environ if environ is None else environ
+        self._conns: dict[str, fabric.Connection] = {}
+
+    # -- connections -------------------------------------------------------------------------
+    def connection(self, node: Node) -> fabric.Connection:
+        """An open connection to ``node``; :class:`NodeError` says why there is none."""
+        conn = self._conns.get(node.name)
+        if conn is not None and conn.is_connected:
+            return conn
+        ssh = node.ssh
+        known_hosts = os.path.expanduser(ssh.known_hosts or "~/.ssh/known_hosts")
+        kwargs: dict = {
+            "banner_timeout": ssh.connect_timeout_s,
+            "auth_timeout": ssh.connect_timeout_s,
+            "allow_agent": False,
+            "look_for_keys": ssh.key is None,
+        }
+        if ssh.key:
+            kwargs["key_filename"] = os.path.expanduser(ssh.key)
+        if ssh.passphrase_env:
+            if ssh.passphrase_env not in self.environ:
+                raise NodeError(
+                    f"node {node.name} ({node.host}): the key passphrase variable "
+                    f"{ssh.passphrase_env} is not set in the environment"
+                )
+            kwargs["passphrase"] = self.environ[ssh.passphrase_env]
+        gateway = None
+        if ssh.jump_host:
+            user, _, hostport = ssh.jump_host.rpartition("@")
+            host, _, port = hostport.partition(":")
+            gateway = fabric.Connection(
+                host, user=user or ssh.user, port=int(port or 22),
+                connect_timeout=ssh.connect_timeout_s, connect_kwargs=dict(kwargs),
+            )  # fmt: skip
+        conn = fabric.Connection(
+            node.host,
+            user=ssh.user,
+            port=ssh.port,
+            connect_timeout=ssh.connect_timeout_s,
+            connect_kwargs=kwargs,
+            gateway=gateway,
+        )
+        client = conn.client
+        if ssh.check_host_keys:
+            client._host_keys = paramiko.HostKeys()  # only the cluster's file, not ~/.ssh
+            if os.path.exists(known_hosts):
+                client.load_host_keys(known_hosts)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        try:
+            conn.open()
+        except Exception as exc:
+            conn.close()
+            cause = _cause(exc, node, known_hosts)
+            raise NodeError(f"node {node.name} ({node.host}): {cause}") from None
+        transport = conn.transport
+        transport.set_keepalive(5)
+        # opening a channel is not covered by command timeouts (DESIGN.md, fabric trials)
+        transport.channel_timeout = ssh.connect_timeout_s  # type: ignore[attr-defined]
+        self._conns[node.name] = conn
+        return conn
+
+    def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
+        """Run a shell command on ``node``; returns (exit code, stdout + stderr)."""
+        conn = self.connection(node)
+        try:
+            result = conn.run(
+                command,
+                hide=True,
+                warn=True,
+                pty=False,
+                in_stream=False,
+                timeout=timeout or node.ssh.command_timeout_s,
+            )
+        except invoke.exceptions.CommandTimedOut:
+            raise NodeError(f"node {node.name} ({node.host}): command timed out") from None
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            self._conns.pop(node.name, None)
+            raise NodeError(
+                f"node {node.name} ({node.host}): stopped answering: {type(exc).__name__}: {exc}"
+            ) from None
+        return result.exited, result.stdout + result.stderr
+
+    # -- the Executor interface ----------------------------------------------------------------
+    def _paths(self, spec: ProcessSpec) -> tuple[str, str]:
+        base = f"{self.remote_dir}/{spec.name}"
+        return base + ".log", base + ".exit"
+
+    def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
+        log, exit_file = self._paths(spec)
+        code, out = self.run(spec.node, f"mkdir -p {shlex.quote(self.remote_dir)}")
+        if code != 0:
+            raise NodeError(f"node {spec.node.name}: cannot create {self.remote_dir}: {out}")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+        inner = (
+            f"{env + ' ' if env else ''}{shlex.join(spec.argv)} "
+            f">{shlex.quote(log)} 2>&1 </dev/null; echo $? >{shlex.quote(exit_file)}"
+        )
+        command = f"setsid nohup sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null & echo $!"
+        code, out = self.run(spec.node, command)
+        pid = out.strip().splitlines()[-1] if out.strip() else ""
+        if code != 0 or not pid.isdigit():
+            raise NodeError(f"node {spec.node.name}: could not start {spec.name}: {out.strip()}")
+        return Handle(spec, int(pid), Path(log))
+
+    def exit_code(self, handle: Handle) -> int | None:
+        _, exit_file = self._paths(handle.spec)
+        q = shlex.quote(exit_file)
+        _, out = self.run(
+            handle.spec.node,
+            f"if [ -s {q} ]; then cat {q}; "
+            f"elif ps -o stat= -g {handle.pgid} | grep -qv '^Z'; then echo running; "
+            "else echo gone; fi",
+        )
+        word = out.strip()
+        if word == "running":
+            return None
+        if word == "gone":
+            return -9  # the group vanished without writing an exit code: killed
+        return int(word) if word.lstrip("-").isdigit() else None
+
+    def alive(self, handle: Handle) -> bool:
+        _, out = self.run(handle.spec.node, f"ps -o stat= -g {handle.pgid} || true")
+        return any(line.strip() and not line.strip().startswith("Z") for line in out.splitlines())
+
+    def stop(self, handle: Handle, grace_s: float) -> None:
+        """TERM the process group, wait up to ``grace_s``, then KILL it."""
+        node = handle.spec.node
+        try:
+            self.run(node, f"kill -TERM -- -{handle.pgid} 2>/dev/null; true")
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and self.alive(handle):
+                time.sleep(0.2)
+            if self.alive(handle):
+                self.run(node, f"kill -KILL -- -{handle.pgid} 2>/dev/null; true")
+        except NodeError:
+            pass  # an unreachable node: reported by the leftover check
+
+    def log_tail(self, handle: Handle, lines: int = 50) -> str:
+        log, _ = self._paths(handle.spec)
+        try:
+            _, out = self.run(handle.spec.node, f"tail -n {int(lines)} {shlex.quote(log)}")
+        except NodeError as exc:
+            return f"(log unavailable: {exc})"
+        return out
+
+    def fetch_log(self, handle: Handle, dest: Path) -> None:
+        log, _ = self._paths(handle.spec)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.connection(handle.spec.node).get(log, local=str(dest))
+        except (NodeError, OSError, paramiko.SSHException) as exc:
+            dest.write_text(f"(could not fetch {log} from {handle.spec.node.name}: {exc})\n")
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
