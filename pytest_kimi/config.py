@@ -59,6 +59,7 @@ class Node:
     host: str
     gpus: int
     ssh: SSHConfig = field(default_factory=SSHConfig)
+    env: Mapping[str, str] = field(default_factory=dict)  # this node's extra server environment
 
 
 @dataclass(frozen=True)
@@ -389,6 +390,7 @@ def _nodes(top: _Fields, defaults: SSHConfig) -> tuple[Node, ...]:
             host=f.str("host"),
             gpus=f.int("gpus", minimum=1),
             ssh=_ssh(f.sub("ssh", {}), defaults),
+            env=f.strings("env", _ENV_NAME),
         )
         f.done()
         if not _NAME.match(node.name):

@@ -133,7 +133,8 @@ def _dry_run(session: KimiSession) -> None:
 def _session(config: pytest.Config) -> KimiSession:
     if SESSION_KEY not in config.stash:
         try:
-            session = KimiSession.load(config.stash[OPTIONS_KEY], _say(config))
+            dry_run = bool(config.getoption("kimi_dry_run"))
+            session = KimiSession.load(config.stash[OPTIONS_KEY], _say(config), dry_run)
         except UsageProblem as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[SESSION_KEY] = session

@@ -77,15 +77,20 @@ class KimiSession:
     cluster: ClusterConfig
     layouts: tuple[Layout, ...]
     slos: dict[str, slo_mod.Slo]
-    workload: Workload
+    workload: Workload | None  # None only for a dry run
     say: Callable[[str], None] = print
     results: dict[str, LayoutResult] = field(default_factory=dict)
     _run_dir: Path | None = None
 
     # -- inputs ----------------------------------------------------------------------------
     @classmethod
-    def load(cls, options: Options, say: Callable[[str], None] = print) -> KimiSession:
-        """Validate everything up front; problems raise :class:`UsageProblem`."""
+    def load(
+        cls, options: Options, say: Callable[[str], None] = print, dry_run: bool = False
+    ) -> KimiSession:
+        """Validate everything up front; problems raise :class:`UsageProblem`.
+
+        A dry run reads no dataset: it prints commands for a cluster whose data may only
+        exist there."""
         try:
             cluster = load_cluster(options.cluster_path)
             names = options.layouts or tuple(cluster.layouts)
@@ -99,13 +104,14 @@ class KimiSession:
             wl = cluster.workload
             for key, value in wl.goodput.items():
                 slo_mod.parse_duration_ms(value, f"{cluster.path} workload.goodput.{key}")
-            dataset = resolve_dataset(wl.dataset, cluster.path.parent)
-            workload = load_workload(
-                dataset,
-                num_requests=wl.num_requests + wl.warmup_requests,
-                seed=wl.seed,
-                category=wl.category,
-            )
+            workload = None
+            if not dry_run:
+                workload = load_workload(
+                    resolve_dataset(wl.dataset, cluster.path.parent),
+                    num_requests=wl.num_requests + wl.warmup_requests,
+                    seed=wl.seed,
+                    category=wl.category,
+                )
         except (ConfigError, DatasetError, slo_mod.SloError) as exc:
             raise UsageProblem(str(exc)) from None
         if options.endpoint and len(layouts) != 1:
@@ -308,7 +314,7 @@ class KimiSession:
                     )
                 },
                 "request_rate": str(self.cluster.workload.request_rate),
-                "dataset": self.workload.manifest(),
+                "dataset": self.workload.manifest() if self.workload else None,
             },
             "slo": {name: s.describe() for name, s in self.slos.items()},
             "client": client_environment(),

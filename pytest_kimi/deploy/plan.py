@@ -159,7 +159,7 @@ def plan_deployment(
                     name=f"replica{replica}-node{rank}-{node.name}",
                     node=node,
                     argv=tuple(argv),
-                    env=dict(srv.env),
+                    env={**srv.env, **node.env},
                     replica=replica,
                     rank=rank,
                     port=http_port,

@@ -23,7 +23,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "EngineDeadError": re.compile(r"EngineDeadError"),
 }
 ROUTER_HEALTH = re.compile(
-    r"health.?check.*(?:fail|timed? ?out|timeout|unhealthy)|(?:worker|marked).*unhealthy", re.I
+    r"health.?check.*(?:fail|timed? ?out|timeout|unhealthy|non-success)|marked.*unhealthy", re.I
 )
 
 

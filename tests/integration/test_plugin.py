@@ -257,3 +257,26 @@ def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester):
     summary = json.loads((run / "deep" / "summary.json").read_text())
     assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
     assert (run / "deep" / "logs" / "router.log").exists()
+
+
+def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester):
+    root = Path(__file__).parents[2]
+    result = pytester.runpytest_subprocess(
+        f"--cluster={root / 'clusters' / 'pro6000.yaml'}", "--layout=pp8", "--kimi-dry-run"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "# layout pp8 (TP4/PP8/EP4) on pro6000",
+            "# replica1-node3-node608 on node608 (node608)",
+            "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
+            "--model-path /models/Kimi-K3 --tp-size 4 --pp-size 8 --ep-size 4 --nnodes 4 "
+            "--node-rank 3 --dist-init-addr node605:5757 --host node608 --port 30001 "
+            "--trust-remote-code --chunked-prefill-size 8192 --disable-radix-cache "
+            "--kv-cache-dtype bf16 --moe-runner-backend flashinfer_mxfp4 --moe-a2a-backend none "
+            "--enable-metrics",
+            "/opt/sglang/venv/bin/python -m sglang_router.launch_router --worker-urls "
+            "http://node601:30001 http://node605:30001 --policy round_robin --host node601 "
+            "--port 30000 --prometheus-host node601 --prometheus-port 29000",
+        ]
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.config import ClusterConfig, ConfigError, Layout, Node, load_cluster
+from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
 from pytest_kimi.yamlfile import Located, read_yaml
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
@@ -198,7 +198,10 @@ def test_replica_nodes() -> None:
     assert [n.name for n in cfg.replica_nodes(0)] == ["node601", "node602", "node603", "node604"]
     assert [n.name for n in cfg.replica_nodes(1)] == ["node605", "node606", "node607", "node608"]
     assert cfg.replica_nodes(2) == ()
-    assert cfg.node("node603") == Node("node603", "node603", 8)
+    node = cfg.node("node603")
+    assert (node.name, node.host, node.gpus) == ("node603", "node603", 8)
+    assert node.ssh.user == "sglang" and node.ssh.passphrase_env == "KIMI_SSH_PASSPHRASE"
+    assert node.ssh.check_host_keys and cfg.router.model_mount == "/models/Kimi-K3"
     with pytest.raises(KeyError):
         cfg.node("node609")
 
