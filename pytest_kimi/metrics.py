@@ -419,6 +419,23 @@ def summarize(
     )
 
 
+def per_request_ms(
+    records: Sequence[RequestRecord], *, time_scale: float = 1.0
+) -> dict[str, list[float]]:
+    """Each successful measured request's TTFT, TPOT and E2E in ms (for bootstrap intervals)."""
+    scale = _check_time_scale(time_scale)
+    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
+    for record in _measured(records):
+        if not record.success:
+            continue
+        lat = _request_latencies(record, scale)
+        for key in out:
+            value = getattr(lat, key)
+            if value is not None:
+                out[key].append(value)
+    return out
+
+
 def goodput(
     records: Sequence[RequestRecord],
     limits_ms: Mapping[str, float],

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_kimi.metrics import Summary
+from pytest_kimi.metrics import Summary, per_request_ms
 from pytest_kimi.slo import Verdict, format_value
+from pytest_kimi.stats import bootstrap_delta
 
 
 @dataclass
@@ -72,13 +73,19 @@ def build_comparison(
     if not results:
         raise ValueError("no layout results to compare")
     ref = results[0]
+    samples = {
+        r.name: per_request_ms(r.records, time_scale=time_scale) if r.records else None
+        for r in results
+    }
     rows = []
     for metric, label, unit in ROWS:
         values = {r.name: _value(r.summary, metric) for r in results}
         deltas = {r.name: relative_delta(values[r.name], values[ref.name]) for r in results[1:]}
-        rows.append(
-            {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}
-        )
+        row = {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}
+        row_ci = _intervals(metric, ref.name, results[1:], samples)
+        if row_ci is not None:
+            row["ci"] = row_ci
+        rows.append(row)
     layouts = []
     for r in results:
         layouts.append(
@@ -113,6 +120,25 @@ def build_comparison(
     }
 
 
+def _intervals(
+    metric: str,
+    ref: str,
+    others: Sequence[LayoutResult],
+    samples: dict[str, dict[str, list[float]] | None],
+) -> dict[str, dict | None] | None:
+    """Bootstrap CIs of a latency row's deltas; None for rows that are not latencies."""
+    prefix, _, stat = metric.partition("_")
+    base = samples.get(ref)
+    if prefix not in ("ttft", "tpot", "e2e") or base is None:
+        return None
+    out: dict[str, dict | None] = {}
+    for r in others:
+        other = samples.get(r.name)
+        ci = bootstrap_delta(base[prefix], other[prefix], stat) if other else None
+        out[r.name] = ci.to_dict() if ci else None
+    return out
+
+
 def _cell(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
@@ -125,8 +151,13 @@ def _cell(value: float | None, unit: str) -> str:
     return f"{value:.2f}"
 
 
-def _delta(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.2%}"
+def _delta(value: float | None, ci: dict | None = None) -> str:
+    if value is None:
+        return "n/a"
+    if not ci:
+        return f"{value:+.2%}"
+    mark = "*" if ci["excludes_zero"] else ""
+    return f"{value:+.2%} [{ci['low']:+.1%}, {ci['high']:+.1%}]{mark}"
 
 
 def _table(model: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -138,7 +169,8 @@ def _table(model: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     body = []
     for row in model["rows"]:
         cells = [row["label"], *[_cell(row["values"][n], row["unit"]) for n in names]]
-        cells += [_delta(row["delta"][n]) for n in names[1:]]
+        cis = row.get("ci") or {}
+        cells += [_delta(row["delta"][n], cis.get(n)) for n in names[1:]]
         body.append(cells)
     return header, body
 
@@ -161,6 +193,12 @@ def render_markdown(model: dict[str, Any]) -> str:
         "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    if any(row.get("ci") for row in model["rows"]):
+        lines += [
+            "",
+            "Latency deltas carry a 95% bootstrap interval from the per-request records; "
+            "`*` marks a difference whose interval excludes zero (real, not resampling noise).",
+        ]
     lines += ["", "## SLO verdicts", ""]
     for layout in model["layouts"]:
         if layout["error"]:
