@@ -24,6 +24,9 @@ class Stream:
     queue: asyncio.Queue[TokenEvent]
 
 
+PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
+
+
 class Engine:
     """Owns the simulation; HTTP handlers submit requests and read their token queues."""
 
@@ -69,9 +72,15 @@ class Engine:
         return len(self.sim.waiting) + len(self.arrivals)
 
     async def run(self) -> None:
-        """The scheduler loop: sleep until the next event's wall deadline, then process it."""
+        """The scheduler loop: sleep until the next event's wall deadline, then process it.
+
+        asyncio wakes up to 1 ms late (epoll's timeout is in whole ms, rounded up), which at a
+        time scale of 40 would be 40 ms of model time. So the loop waits on asyncio until about
+        a millisecond before the deadline and sleeps the rest precisely, blocking the loop for
+        under ``PRECISE_S``; arrivals that come meanwhile are stamped when it resumes."""
         while True:
-            nxt = self.sim.next_event_time()
+            event = self.sim.next_event_time()
+            nxt = event
             if self.arrivals:
                 first = self.arrivals[0][3]
                 nxt = first if nxt is None else min(nxt, first)
@@ -79,15 +88,19 @@ class Engine:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            delay = self.origin + nxt / self.time_scale - self.clock()
-            if delay <= 0:
-                self.lateness.append(-delay)
-            if delay > 0:
+            deadline = self.origin + nxt / self.time_scale
+            delay = deadline - self.clock()
+            if delay > PRECISE_S:
                 self.wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), delay)
+                    await asyncio.wait_for(self.wake.wait(), delay - PRECISE_S)
                 continue
+            if delay > 0:
+                time.sleep(delay)
+            if nxt == event:  # the model's own step, not a request's arrival
+                self.lateness.append(max(0.0, self.clock() - deadline))
             self._process(nxt)
+            await asyncio.sleep(0)  # let the streams write and new requests arrive
 
     def _process(self, until: float) -> None:
         while self.arrivals and self.arrivals[0][3] <= until:

@@ -13,8 +13,10 @@ import logging
 import os
 import time
 import uuid
+from itertools import accumulate
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from pytest_kimi.mock.args import MockArgs
@@ -221,8 +223,8 @@ def _prompt_tokens(value: Any) -> int:
 
 
 def _sse(data: Any) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
+    return b"data: " + payload + b"\n\n"
 
 
 async def _run(
@@ -244,7 +246,7 @@ async def _run(
     handle = engine.submit(rid, prompt_tokens, max_new)
     args = request.app[ARGS_KEY]
     replica = f"{args.host}:{args.port}"
-    words = _words(rid, max_new)
+    words = _Words(_words(rid, max_new))
     started = time.monotonic()
     response: web.StreamResponse | None = None
     if stream:
@@ -285,18 +287,28 @@ async def _run(
     return response
 
 
+class _Words:
+    """A request's whole output text, built once, with each token's start offset."""
+
+    def __init__(self, words: list[str]) -> None:
+        pieces = [" " + w for w in words]
+        self.text = "".join(pieces)
+        self.offsets = [0, *accumulate(len(p) for p in pieces)]
+
+
 class _State:
     """A request's progress, as renderers need it."""
 
     def __init__(
-        self, rid: str, prompt: int, words: list[str], generated: int, done: bool, started: float,
+        self, rid: str, prompt: int, words: _Words, generated: int, done: bool, started: float,
         replica: str = "",
     ) -> None:  # fmt: skip
         self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
         self.generated, self.done, self.started = generated, done, started
 
     def text(self, start: int = 0) -> str:
-        return "".join(" " + w for w in self.words[start : self.generated])
+        """Tokens ``start`` .. generated as text: a slice, not a rebuild (O(1) per chunk)."""
+        return self.words.text[self.words.offsets[start] : self.words.offsets[self.generated]]
 
     def meta(self) -> dict[str, Any]:
         finish = {"type": "length", "length": self.generated} if self.done else None
