@@ -124,10 +124,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _dry_run(session: KimiSession) -> None:
     for layout in session.layouts:
-        profile = (
-            Path("<run-dir>", layout.name, "mock_profile.json") if session.cluster.mock else None
-        )
-        print(session.plan(layout, profile).describe(), end="\n\n")
+        print(session.plan(layout).describe(), end="\n\n")
 
 
 def _session(config: pytest.Config) -> KimiSession:

@@ -150,8 +150,8 @@ class KimiSession:
         (path / "logs").mkdir(parents=True, exist_ok=True)
         return path
 
-    def plan(self, layout: Layout, profile_path: Path | None = None) -> DeploymentPlan:
-        return plan_deployment(self.cluster, layout, mock_profile_path=profile_path)
+    def plan(self, layout: Layout) -> DeploymentPlan:
+        return plan_deployment(self.cluster, layout)
 
     # -- one layout --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -164,11 +164,7 @@ class KimiSession:
             self._write_manifest(layout, None)
             yield self.options.endpoint
             return
-        profile_path = None
-        if self.cluster.mock is not None:
-            profile_path = out / "mock_profile.json"
-            write_json(profile_path, dict(self.cluster.mock.profile))
-        plan = self.plan(layout, profile_path)
+        plan = self.plan(layout)
         self._write_manifest(layout, plan)
         executor = self._executor(layout)
         dep = Deployment(

@@ -7,11 +7,11 @@ A plan is plain data (argv lists, environment, URLs); executors turn it into pro
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pytest_kimi.config import ClusterConfig, Layout, Node
 from pytest_kimi.deploy.secrets import redact_env
@@ -113,7 +113,6 @@ def plan_deployment(
     cluster: ClusterConfig,
     layout: Layout,
     *,
-    mock_profile_path: Path | None = None,
     ports: Iterable[int] | None = None,
 ) -> DeploymentPlan:
     """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own)."""
@@ -152,8 +151,9 @@ def plan_deployment(
                     "--mock-seed", str(cluster.mock.seed + replica),
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
-                if mock_profile_path is not None:
-                    argv += ["--mock-profile", str(mock_profile_path)]
+                if cluster.mock.profile:  # inline: the node needs no file of ours
+                    profile = json.dumps(dict(cluster.mock.profile), separators=(",", ":"))
+                    argv += ["--mock-profile", profile]
             servers.append(
                 ProcessSpec(
                     name=f"replica{replica}-node{rank}-{node.name}",

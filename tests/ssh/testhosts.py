@@ -202,15 +202,22 @@ def sweep_stale() -> list[str]:
     swept: list[str] = []
     if not STATE_DIR.is_dir():
         return swept
+    live, dead = [], []
     for state_file in sorted(STATE_DIR.glob("*.json")):
         try:
             state = json.loads(state_file.read_text())
         except (OSError, ValueError):
             continue
         pid, start = state.get("owner_pid"), state.get("owner_start")
-        if pid is not None and _proc_start_time(int(pid)) == start:
-            continue  # owner still alive: not ours to touch
-        _teardown_names(state["hub"], state["hosts"], state.get("subnet"), route_added=True)
+        alive = pid is not None and _proc_start_time(int(pid)) == start
+        (live if alive else dead).append((state_file, state))
+    live_subnets = {state.get("subnet") for _, state in live}
+    for state_file, state in dead:
+        subnet = state.get("subnet")
+        own_route = subnet not in live_subnets  # never remove a live run's route
+        _teardown_names(state["hub"], state["hosts"], subnet, route_added=own_route)
+        if state.get("owns_run_dir") and Path(state["run_dir"]).name.startswith("kimi-ssh-"):
+            shutil.rmtree(state["run_dir"], ignore_errors=True)
         state_file.unlink(missing_ok=True)
         swept.append(state["id"])
     return swept
@@ -244,6 +251,7 @@ class TestCluster:
         self._route_added = False
         self._state_file = STATE_DIR / f"{self.id}.json"
         self._closed = False
+        self._owns_run_dir = False
 
     # ----------------------------------------------------------------------------------- build
 
@@ -264,13 +272,15 @@ class TestCluster:
         if not 1 <= n_hosts <= 89:
             raise ValueError("n_hosts must be 1..89 (addresses .11 .. .99)")
         cls.preflight()
-        if run_dir is None:
+        owns_run_dir = run_dir is None
+        if run_dir is None:  # removed again by a clean close(); a given run_dir is kept
             import tempfile
 
             run_dir = tempfile.mkdtemp(prefix="kimi-ssh-")
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o700)
         cluster = cls(n_hosts, Path(run_dir), passphrase=passphrase)
+        cluster._owns_run_dir = owns_run_dir
         start = time.perf_counter()
         try:
             cluster._build(ready_timeout_s)
@@ -365,6 +375,7 @@ class TestCluster:
             "hub": self.hub,
             "hosts": self._host_netns,
             "run_dir": str(self.run_dir),
+            "owns_run_dir": self._owns_run_dir,
         }
         self._state_file.write_text(json.dumps(state, indent=1) + "\n")
 
@@ -649,9 +660,30 @@ class TestCluster:
             return None
         return None
 
+    @staticmethod
+    def _kill_pid_namespaces(hosts: list[TestHost], timeout_s: float = 2.0) -> None:
+        """SIGKILL each host's pid-namespace init (its sshd: the kernel then kills everything in
+        that pid namespace) and let unshare reap it, so no zombie is left for the machine's init.
+        """
+        live = [h for h in hosts if h._proc is not None and h._proc.poll() is None]
+        for host in live:
+            pid = host.sshd_pid
+            if pid is None:  # interrupted before it was looked up
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    children = f"/proc/{host._proc.pid}/task/{host._proc.pid}/children"
+                    pid = int(Path(children).read_text().split()[0])
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        end = time.monotonic() + timeout_s
+        for host in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                host._proc.wait(timeout=max(0.0, end - time.monotonic()))
+
     def stop_host(self, host: TestHost) -> None:
         """Kill everything in the host's namespace and take its link down: the address then
         neither answers nor refuses (connects time out / fail with EHOSTUNREACH)."""
+        self._kill_pid_namespaces([host])
         left = _kill_netns(host.netns)
         if left:
             raise RuntimeError(f"processes survive SIGKILL in {host.netns}: {left}")
@@ -684,6 +716,7 @@ class TestCluster:
         if self._closed:
             return
         start = time.perf_counter()
+        self._kill_pid_namespaces(self.hosts)
         problems = _teardown_names(self.hub, self._host_netns, self.subnet, self._route_added)
         for host in self.hosts:
             if host._proc is not None:
@@ -694,6 +727,8 @@ class TestCluster:
             host.sshd_pid = None
         if not problems:
             self._state_file.unlink(missing_ok=True)
+            if self._owns_run_dir:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
         self._closed = True
         self.timings["teardown_s"] = time.perf_counter() - start
         if problems and check:

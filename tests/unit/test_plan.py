@@ -127,14 +127,13 @@ def test_mock_flags(plan: DeploymentPlan) -> None:
         assert opt(s.argv, "--mock-time-scale") == "40"
         assert opt(s.argv, "--mock-seed") == str(1 + s.replica)  # seed 1 + replica
         assert opt(s.argv, "--mock-gpus-per-node") == "8"
-        assert "--mock-profile" not in s.argv
 
 
-def test_mock_profile_path(local: ClusterConfig, tmp_path: Path) -> None:
-    profile = tmp_path / "profile.json"
-    p = plan_deployment(local, local.layout("pp8"), mock_profile_path=profile,
-                        ports=iter(range(40000, 40100)))  # fmt: skip
-    assert all(opt(s.argv, "--mock-profile") == str(profile) for s in p.servers)
+def test_mock_profile_is_passed_inline(local: ClusterConfig) -> None:
+    """Inline JSON: a remote node needs no file from the client machine."""
+    p = plan_deployment(local, local.layout("pp8"), ports=iter(range(40000, 40100)))
+    for s in p.servers:
+        assert json.loads(opt(s.argv, "--mock-profile")) == dict(local.mock.profile)
 
 
 def test_full_rank0_argv(plan: DeploymentPlan) -> None:
@@ -152,6 +151,7 @@ def test_full_rank0_argv(plan: DeploymentPlan) -> None:
         "--moe-a2a-backend", "none",
         "--enable-metrics",
         "--mock-time-scale", "40", "--mock-seed", "2", "--mock-gpus-per-node", "8",
+        "--mock-profile", json.dumps(dict(local_profile()), separators=(",", ":")),
     )  # fmt: skip
 
 
@@ -423,3 +423,9 @@ def test_env_name_is_not_interpreted(tmp_path: Path) -> None:
     subprocess.run(["bash", "-c", probe.command_line()], cwd=tmp_path, capture_output=True,
                    timeout=30)  # fmt: skip
     assert_no_pwned(tmp_path)
+
+
+def local_profile() -> dict:
+    from pytest_kimi.config import load_cluster
+
+    return dict(load_cluster(CLUSTERS / "local.yaml").mock.profile)

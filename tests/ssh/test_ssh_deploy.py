@@ -1,0 +1,171 @@
+"""Real-cluster deployment over SSH (fabric), proven on 8 SSH test hosts in namespaces.
+
+The product runs inside the hub namespace, as an engineer's laptop would sit on the cluster
+network; every node is a real sshd in its own network, UTS and PID namespace, and runs the mock
+server under the command line real SGLang would get. Nothing may be left on any host.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PERF = ROOT / "tests" / "perf"
+
+
+def _cluster_yaml(ssh_hosts, path: Path, *, node_env: dict[str, dict[str, str]] | None = None):
+    nodes = []
+    for host in ssh_hosts.hosts:
+        node = {"name": host.name, "host": host.address, "gpus": 8}
+        if node_env and host.name in node_env:
+            node["env"] = node_env[host.name]
+        nodes.append(node)
+    fixed = {
+        "chunked-prefill-size": 8192,
+        "disable-radix-cache": True,
+        "kv-cache-dtype": "bf16",
+        "moe-runner-backend": "flashinfer_mxfp4",
+        "moe-a2a-backend": "none",
+        "enable-metrics": True,
+    }
+    cluster = {
+        "name": "nshosts",
+        "executor": "ssh",
+        "work_dir": str(path.parent / "remote"),
+        "ssh": {
+            "user": ssh_hosts.user,
+            "key": str(ssh_hosts.key_path),
+            "known_hosts": str(ssh_hosts.known_hosts_path),
+            "connect_timeout_s": 3,
+            "command_timeout_s": 30,
+        },
+        "nodes": nodes,
+        "deployment": {"replicas": 2, "nodes_per_replica": 4},
+        "layouts": {"tp32": {"tp": 32, "pp": 1, "ep": 4}, "pp8": {"tp": 4, "pp": 8, "ep": 4}},
+        "server": {
+            "python": sys.executable,
+            "module": "pytest_kimi.mock.launch_server",
+            "model_path": "builtin:mock-tokenizer",
+            "port": 30001,
+            "dist_init_port": 5757,
+            "args": fixed,
+            "env": {"NCCL_DEBUG": "WARN", "HF_TOKEN": "hf_secret_value_123"},
+        },
+        "router": {
+            "python": sys.executable,
+            "node": "node601",
+            "port": 30000,
+            "prometheus_port": 29000,
+            "env": {"HF_ENDPOINT": "http://127.0.0.1:9"},
+        },
+        "workload": {
+            "dataset": "builtin:speedbench16k",
+            "num_requests": 8,
+            "input_len": 16384,
+            "output_len": 16,
+            "concurrency": 4,
+            "warmup_requests": 1,
+        },
+        "slo": {"ttft_p95": "120s", "tpot_p95": "2s", "tpot_mean": "2s"},
+        "startup_timeout_s": 60,
+        "mock": {"time_scale": 100, "seed": 1},
+    }
+    path.write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return path
+
+
+def _run_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, *args: str):
+    argv = [
+        sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+        f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
+        f"--rootdir={ROOT}", "-q", *args,
+    ]  # fmt: skip
+    return ssh_hosts.run_in_hub(argv, timeout=600, cwd=ROOT)
+
+
+def _assert_no_processes(ssh_hosts) -> None:
+    left = {host.name: ssh_hosts.pids(host) for host in ssh_hosts.hosts if host.running}
+    assert not any(left.values()), f"processes left on test hosts: {left}"
+
+
+def test_dp2_tp32_and_pp8_over_ssh_bring_up_run_and_leave_nothing(ssh_hosts, tmp_path):
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32,pp8")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "8 passed" in done.stdout
+    _assert_no_processes(ssh_hosts)
+
+    [run] = list((tmp_path / "out").iterdir())
+    comparison = json.loads((run / "comparison.json").read_text())
+    assert [lay["name"] for lay in comparison["layouts"]] == ["tp32", "pp8"]
+    for layout in ("tp32", "pp8"):
+        folder = run / layout
+        manifest = json.loads((folder / "manifest.json").read_text())
+        hostnames = sorted(n["hostname"] for n in manifest["nodes"])
+        assert hostnames == [f"node60{i}" for i in range(1, 9)]  # each ran on its own host
+        assert all(n["software"]["pytest_kimi"] for n in manifest["nodes"])
+        commands = [p["command"] for p in manifest["processes"]]
+        assert any(f"--dist-init-addr {ssh_hosts.hosts[4].address}:5757" in c for c in commands)
+        logs = sorted(p.name for p in (folder / "logs").iterdir())
+        assert len(logs) == 9 and "router.log" in logs  # fetched from the nodes
+        node_log = (folder / "logs" / "replica1-node0-node605.log").read_text()
+        assert "ready to roll" in node_log
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["completed"] == 8 and summary["complete"] is True
+        assert any(n.startswith("requests per replica:") for n in summary["notes"])
+        assert any(n.startswith("log check:") for n in summary["notes"])
+    # the secret env value never lands in anything we wrote
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert "hf_secret_value_123" not in path.read_text(errors="replace"), path
+
+
+def test_unreachable_host_is_a_bring_up_error_naming_it(ssh_hosts, tmp_path):
+    victim = ssh_hosts.hosts[2]  # node603
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
+    ssh_hosts.stop_host(victim)
+    try:
+        done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32")
+    finally:
+        ssh_hosts.start_host(victim)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "node node603" in done.stdout and "unreachable" in done.stdout
+    _assert_no_processes(ssh_hosts)  # what started on node601/602 was stopped
+
+
+def test_server_exiting_during_start_up_names_the_node_and_shows_its_log(ssh_hosts, tmp_path):
+    cluster = _cluster_yaml(
+        ssh_hosts, tmp_path / "cluster.yaml",
+        node_env={"node606": {"PYTHONHOME": "/nonexistent"}},  # a broken Python on one node
+    )  # fmt: skip
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=pp8")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "replica1-node1-node606 (replica 1 node node606" in done.stdout
+    assert "during start-up; last lines of its log" in done.stdout
+    assert "Fatal Python error" in done.stdout or "No module named" in done.stdout
+    _assert_no_processes(ssh_hosts)
+    [run] = list((tmp_path / "out").iterdir())
+    summary = json.loads((run / "pp8" / "summary.json").read_text())
+    assert summary["complete"] is False and "node606" in summary["error"]
+
+
+@pytest.mark.parametrize("wrong", ["known_hosts", "key"])
+def test_wrong_host_key_or_refused_auth_names_host_and_cause(ssh_hosts, tmp_path, wrong):
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
+    data = yaml.safe_load(cluster.read_text())
+    if wrong == "known_hosts":
+        data["ssh"]["known_hosts"] = str(ssh_hosts.wrong_known_hosts_path)
+        expected = "host key mismatch"
+    else:
+        data["ssh"]["key"] = str(ssh_hosts.passphrase_key_path)  # passphrase not provided
+        expected = "node node601"
+    cluster.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "node node601" in done.stdout and expected in done.stdout
+    _assert_no_processes(ssh_hosts)
