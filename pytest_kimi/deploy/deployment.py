@@ -52,7 +52,7 @@ class Deployment:
         deadline = self.started_at + self.timeout_s
         for spec in self.plan.servers:
             self._launch(spec)
-        self.progress(f"started {len(self.plan.servers)} server processes")
+        self.progress(f"all {len(self.plan.servers)} server processes started; waiting for rank 0s")
         with httpx.Client(timeout=5.0, trust_env=False) as http:
             for spec in self.plan.rank0():
                 self._wait_http(http, spec, "/health", deadline)
@@ -64,7 +64,9 @@ class Deployment:
         self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
 
     def _launch(self, spec: ProcessSpec) -> None:
-        self.handles[spec.name] = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
+        handle = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
+        self.handles[spec.name] = handle
+        self.progress(f"{spec.name} started on {spec.node.name} (pgid {handle.pgid})")
 
     def check_processes(self) -> None:
         """Raise :class:`BringUpError` if any started process has exited."""
