@@ -288,7 +288,7 @@ async def _send_all(
         body = payload(options.api, spec.text, options.output_len, options.model)
         records.append(await send_one(http, url, body, record, options.api, options.timeout_s))
     semaphore = asyncio.Semaphore(options.concurrency)
-    rng = random.Random(options.seed)
+    gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
         async with semaphore:
@@ -301,9 +301,20 @@ async def _send_all(
     tasks = []
     for index, spec in enumerate(requests):
         tasks.append(asyncio.create_task(one(index, spec)))
-        if options.request_rate != float("inf") and index + 1 < len(requests):
-            await asyncio.sleep(rng.expovariate(options.request_rate))
+        if gaps[index] > 0:
+            await asyncio.sleep(gaps[index])
     records.extend(await asyncio.gather(*tasks))
+
+
+def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
+    """Seconds to wait after sending request ``i``: a seeded Poisson process at ``rate``
+    requests/s (exponential gaps, as bench_serving's ``--request-rate``); all zero for inf."""
+    if rate == float("inf"):
+        return [0.0] * n
+    if not rate > 0:
+        raise ValueError(f"request rate must be > 0 or inf, got {rate}")
+    rng = random.Random(seed)
+    return [rng.expovariate(rate) if i + 1 < n else 0.0 for i in range(n)]
 
 
 def _new_record(
