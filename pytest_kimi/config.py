@@ -70,6 +70,7 @@ class Layout:
     tp: int
     pp: int
     ep: int
+    slo: tuple[tuple[str, str], ...] = ()  # SLOs for this layout only (override the cluster's)
 
     @property
     def label(self) -> str:
@@ -411,6 +412,7 @@ def _layouts(top: _Fields, replica_gpus: int) -> dict[str, Layout]:
             tp=f.int("tp", minimum=1),
             pp=f.int("pp", 1, minimum=1),
             ep=f.int("ep", 1, minimum=1),
+            slo=tuple(f.strings("slo").items()),
         )
         f.done()
         if not _NAME.match(layout.name):

@@ -16,6 +16,7 @@ import pytest
 from pytest_kimi.config import Layout
 from pytest_kimi.report.comparison import LayoutResult, render_text
 from pytest_kimi.session import KimiSession, Options, UsageProblem
+from pytest_kimi.slo import Slo, SloError, parse_slo
 
 SESSION_KEY = pytest.StashKey[KimiSession]()
 OPTIONS_KEY = pytest.StashKey[Options]()
@@ -114,6 +115,9 @@ def _say(config: pytest.Config):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kimi: a pytest-kimi benchmark test")
+    config.addinivalue_line(
+        "markers", "slo(**limits): SLOs for this test, e.g. slo(ttft_p95='20s', tpot_mean='120ms')"
+    )
     config.stash[OPTIONS_KEY] = _options(config)
     if _explicit(config):
         session = _session(config)  # validate now: bad input is a usage error up front
@@ -142,6 +146,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kimi_layout" not in metafunc.fixturenames:
         return
     session = _session(metafunc.config)
+    if "kimi_slo_name" in metafunc.fixturenames:
+        # one test item per layout and SLO, so JUnit shows every verdict on its own
+        marked = _marker_slos(metafunc.definition)
+        pairs = [
+            (layout, name)
+            for layout in session.layouts
+            for name in {**session.slos[layout.name], **marked}
+        ]
+        metafunc.parametrize(
+            ["kimi_layout", "kimi_slo_name"],
+            pairs,
+            indirect=["kimi_layout"],
+            scope="session",
+            ids=[f"{layout.name}-{name}" for layout, name in pairs],
+        )
+        return
     metafunc.parametrize(
         "kimi_layout",
         list(session.layouts),
@@ -149,6 +169,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         scope="session",
         ids=[layout.name for layout in session.layouts],
     )
+
+
+def _marker_slos(item: pytest.Item | pytest.Function) -> dict[str, Slo]:
+    """``@pytest.mark.slo(ttft_p95="20s")``: SLOs of one test, over the configured ones."""
+    out: dict[str, Slo] = {}
+    for mark in reversed(list(item.iter_markers("slo"))):
+        for name, value in mark.kwargs.items():
+            try:
+                out[name] = parse_slo(name, value, f"@pytest.mark.slo on {item.name}")
+            except SloError as exc:
+                raise pytest.UsageError(str(exc)) from None
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -191,14 +223,23 @@ def speedbench(kimi_result: LayoutResult, record_property) -> LayoutResult:
 
 
 @pytest.fixture
-def kimi_slo(kimi_session: KimiSession):
-    """Look up a configured SLO by name (``kimi_slo("ttft_p95")``)."""
+def kimi_slos(
+    kimi_session: KimiSession, kimi_layout: Layout, request: pytest.FixtureRequest
+) -> dict[str, Slo]:
+    """This layout's SLOs: cluster YAML, layout YAML, ini, ``--kimi-slo``, then the test's
+    ``@pytest.mark.slo``."""
+    return {**kimi_session.slos[kimi_layout.name], **_marker_slos(request.node)}
 
-    def get(name: str):
+
+@pytest.fixture
+def kimi_slo(kimi_slos: dict[str, Slo]):
+    """Look up one of this layout's SLOs by name (``kimi_slo("ttft_p95")``)."""
+
+    def get(name: str) -> Slo:
         try:
-            return kimi_session.slos[name]
+            return kimi_slos[name]
         except KeyError:
-            known = ", ".join(kimi_session.slos) or "none"
+            known = ", ".join(kimi_slos) or "none"
             pytest.fail(f"no SLO named {name!r} is configured (configured: {known})")
 
     return get

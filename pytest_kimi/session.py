@@ -76,7 +76,7 @@ class KimiSession:
     options: Options
     cluster: ClusterConfig
     layouts: tuple[Layout, ...]
-    slos: dict[str, slo_mod.Slo]
+    slos: dict[str, dict[str, slo_mod.Slo]]  # layout name -> SLO name -> SLO
     workload: Workload | None  # None only for a dry run
     say: Callable[[str], None] = print
     results: dict[str, LayoutResult] = field(default_factory=dict)
@@ -97,10 +97,7 @@ class KimiSession:
             layouts = tuple(cluster.layout(name) for name in names)
             if cluster.mock is not None:
                 _check_profile(cluster)
-            slos = slo_mod.merge(
-                slo_mod.from_mapping(cluster.slo, str(cluster.path)),
-                [slo_mod.parse_assignment(s, "--kimi-slo") for s in options.slo_overrides],
-            )
+            slos = _layout_slos(cluster, layouts, options.slo_overrides)
             wl = cluster.workload
             for key, value in wl.goodput.items():
                 slo_mod.parse_duration_ms(value, f"{cluster.path} workload.goodput.{key}")
@@ -271,10 +268,14 @@ class KimiSession:
         result.summary = summarize(
             records,
             time_scale=self.time_scale,
-            percentiles=sorted({*wl.percentiles, *slo_mod.percentiles_needed(self.slos.values())}),
+            percentiles=sorted(
+                {*wl.percentiles, *slo_mod.percentiles_needed(self.slos[layout.name].values())}
+            ),
             goodput_limits_ms=self.goodput_limits_ms,
         )
-        result.verdicts = [slo_mod.evaluate(s, result.summary) for s in self.slos.values()]
+        result.verdicts = [
+            slo_mod.evaluate(s, result.summary) for s in self.slos[layout.name].values()
+        ]
         self.say(
             f"[kimi {layout.name}] measured {len(measured)} requests in "
             f"{time.monotonic() - started:.1f}s wall"
@@ -312,7 +313,7 @@ class KimiSession:
                 "request_rate": str(self.cluster.workload.request_rate),
                 "dataset": self.workload.manifest() if self.workload else None,
             },
-            "slo": {name: s.describe() for name, s in self.slos.items()},
+            "slo": {name: s.describe() for name, s in self.slos[layout.name].items()},
             "client": client_environment(),
             "endpoint": self.options.endpoint,
         }
@@ -369,6 +370,28 @@ class KimiSession:
             write_json(self.run_dir / "comparison.json", model)
             write_text(self.run_dir / "comparison.md", render_markdown(model))
         return model
+
+
+def _layout_slos(
+    cluster: ClusterConfig, layouts: tuple[Layout, ...], overrides: tuple[str, ...]
+) -> dict[str, dict[str, slo_mod.Slo]]:
+    """Per layout: the cluster's SLOs, then the layout's own, then ini/CLI overrides
+    (``NAME=VALUE`` for every layout, ``LAYOUT:NAME=VALUE`` for one)."""
+    parsed = [slo_mod.parse_assignment(text, "--kimi-slo") for text in overrides]
+    for layout_name, slo in parsed:
+        if layout_name is not None and layout_name not in cluster.layouts:
+            known = ", ".join(cluster.layouts)
+            raise slo_mod.SloError(
+                f"--kimi-slo {layout_name}:{slo.name}: unknown layout {layout_name!r} ({known})"
+            )
+    out = {}
+    for layout in layouts:
+        own = slo_mod.from_mapping(dict(layout.slo), f"{cluster.path} layouts.{layout.name}")
+        cli = [slo for name, slo in parsed if name in (None, layout.name)]
+        out[layout.name] = slo_mod.merge(
+            slo_mod.from_mapping(cluster.slo, str(cluster.path)), own, cli
+        )
+    return out
 
 
 def prompt_length_notes(

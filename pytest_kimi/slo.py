@@ -116,12 +116,13 @@ def parse_slo(name: str, value: str | float, source: str) -> Slo:
     raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})")
 
 
-def parse_assignment(text: str, source: str) -> Slo:
-    """``NAME=VALUE`` from the command line or an ini file."""
+def parse_assignment(text: str, source: str) -> tuple[str | None, Slo]:
+    """``NAME=VALUE`` or ``LAYOUT:NAME=VALUE`` from the command line or an ini file."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip() or not value.strip():
         raise SloError(f"{source}: expected NAME=VALUE (e.g. ttft_p95=25s), got {text!r}")
-    return parse_slo(name, value, source)
+    layout, colon, name = name.rpartition(":")
+    return (layout.strip() if colon else None), parse_slo(name, value, source)
 
 
 def merge(*layers: Iterable[Slo]) -> dict[str, Slo]:

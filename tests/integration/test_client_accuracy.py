@@ -20,8 +20,9 @@ from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 
 TOLERANCE_MS = 2.0  # the target, per request
-SPIKE_BUDGET = 0.02  # share of requests allowed above it: an OS preemption on 2 shared cores
-SPIKE_LIMIT_MS = 5.0  # and never more than this
+SPIKE_BUDGET = 0.05  # share of requests allowed above it: an OS preemption on 2 shared cores
+SPIKE_LIMIT_MS = 10.0  # and never more than this
+MEAN_LIMIT_MS = 0.5  # while the mean error of each metric stays below this
 
 
 def _seen_at(client_time: float, before: float, after: float) -> float:
@@ -74,7 +75,10 @@ def test_client_matches_server_ground_truth_within_2ms(spawn, concurrency, itl_m
     errors_ms = np.abs(signed)
     worst = errors_ms.max(axis=0)
     over = (errors_ms > TOLERANCE_MS).any(axis=1).mean()
-    assert over <= SPIKE_BUDGET and (worst <= SPIKE_LIMIT_MS).all(), (
+    mean = errors_ms.mean(axis=0)
+    assert (
+        over <= SPIKE_BUDGET and (worst <= SPIKE_LIMIT_MS).all() and (mean < MEAN_LIMIT_MS).all()
+    ), (
         f"{over:.1%} of requests off by more than {TOLERANCE_MS} ms; "
         f"worst |error| ms (ttft, tpot, e2e) at concurrency {concurrency}: {worst}; "
         f"mean {errors_ms.mean(axis=0)}; signed extremes {signed.min(axis=0)} {signed.max(axis=0)}"

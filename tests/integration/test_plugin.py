@@ -89,18 +89,17 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
     cases = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
     by_name = {c.get("name"): c for c in cases}
     assert set(by_name) == {
-        f"{t}[{lay}]"
+        name
         for lay in ("wide", "deep")
-        for t in (
-            "test_every_request_succeeded",
-            "test_ttft_p95_within_slo",
-            "test_tpot_p95_within_slo",
-            "test_tpot_mean_within_slo",
+        for name in (
+            f"test_every_request_succeeded[{lay}]",
+            f"test_slo[{lay}-ttft_p95]",
+            f"test_slo[{lay}-tpot_p95]",
+            f"test_slo[{lay}-tpot_mean]",
         )
     }
     props = {
-        p.get("name"): p.get("value")
-        for p in by_name["test_ttft_p95_within_slo[deep]"].iter("property")
+        p.get("name"): p.get("value") for p in by_name["test_slo[deep-ttft_p95]"].iter("property")
     }
     assert props["layout"] == "deep" and props["completed"] == "6"
     assert float(props["p95_ttft_ms"]) > 0 and "mean_tpot_ms" in props
@@ -280,3 +279,41 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
             "--port 30000 --prometheus-host node601 --prometheus-port 29000",
         ]
     )
+
+
+def test_layout_slos_cli_layout_overrides_and_marker_make_their_own_items(
+    project: pytest.Pytester,
+):
+    cluster = SMALL_CLUSTER.replace(
+        "deep: {tp: 2, pp: 4, ep: 2}", "deep: {tp: 2, pp: 4, ep: 2, slo: {e2e_p99: 10min}}"
+    )
+    project.makefile(".yaml", cluster=cluster)
+    project.makepyfile(
+        test_marked="""
+import pytest
+from pytest_kimi.slo import evaluate
+
+@pytest.mark.slo(ttft_mean="1ms")
+def test_strict(speedbench, kimi_slos, kimi_slo_name):
+    assert evaluate(kimi_slos[kimi_slo_name], speedbench.summary).passed
+"""
+    )
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--kimi-report-dir=out", "--kimi-slo", "wide:tpot_p95=1ms",
+        "-p", "no:cacheprovider", "-v", "test_marked.py",
+    )  # fmt: skip
+    for line in (
+        "*test_strict?wide-tpot_p95? FAILED*",  # layout-scoped CLI override
+        "*test_strict?wide-ttft_mean? FAILED*",  # the marker's SLO, on every layout
+        "*test_strict?deep-ttft_mean? FAILED*",
+        "*test_strict?deep-e2e_p99? PASSED*",  # deep's own SLO from the YAML
+        "*test_strict?deep-tpot_p95? PASSED*",
+    ):
+        result.stdout.fnmatch_lines([line])
+    result.stdout.no_fnmatch_line("*test_strict?wide-e2e_p99*")
+
+
+def test_layout_scoped_override_for_an_unknown_layout_is_a_usage_error(project: pytest.Pytester):
+    result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-slo", "tp9:ttft_p95=1s")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown layout 'tp9'*"])
