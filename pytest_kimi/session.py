@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import shlex
 import signal
 import threading
@@ -42,6 +43,7 @@ from pytest_kimi.report.comparison import (
 )
 from pytest_kimi.report.dataquality import notes as quality_notes
 from pytest_kimi.report.dataquality import replica_split, scan_logs
+from pytest_kimi.report.html import render_html
 from pytest_kimi.report.resultdir import (
     client_environment,
     make_run_dir,
@@ -349,7 +351,16 @@ class KimiSession:
         if result.summary is not None:
             data.update(result.summary.to_dict())
             data["slo"] = [
-                {"name": v.slo.name, "passed": v.passed, "message": v.message()}
+                {
+                    "name": v.slo.name,
+                    "limit": v.slo.limit,
+                    "unit": v.slo.unit,
+                    "upper_bound": v.slo.upper,
+                    "source": v.slo.source,
+                    "measured": None if math.isnan(v.measured) else v.measured,
+                    "passed": v.passed,
+                    "message": v.message(),
+                }
                 for v in result.verdicts
             ]
         write_json(self.layout_dir(layout) / "summary.json", data)
@@ -369,6 +380,8 @@ class KimiSession:
         if model is not None:
             write_json(self.run_dir / "comparison.json", model)
             write_text(self.run_dir / "comparison.md", render_markdown(model))
+            records = {r.name: r.records for r in self.results.values()}
+            write_text(self.run_dir / "report.html", render_html(model, records))
         return model
 
 

@@ -160,7 +160,7 @@ def _delta(value: float | None, ci: dict | None = None) -> str:
     return f"{value:+.2%} [{ci['low']:+.1%}, {ci['high']:+.1%}]{mark}"
 
 
-def _table(model: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def table_rows(model: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     names = [layout["name"] for layout in model["layouts"]]
     labels = {layout["name"]: layout["label"] for layout in model["layouts"]}
     ref = model["reference"]
@@ -182,7 +182,7 @@ def backend_label(model: dict[str, Any]) -> str:
 
 
 def render_markdown(model: dict[str, Any]) -> str:
-    header, body = _table(model)
+    header, body = table_rows(model)
     lines = [
         f"# Layout comparison: {model['run_id']}",
         "",
@@ -223,7 +223,7 @@ def render_markdown(model: dict[str, Any]) -> str:
 
 def render_text(model: dict[str, Any]) -> str:
     """Aligned plain text for pytest's terminal summary."""
-    header, body = _table(model)
+    header, body = table_rows(model)
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     out = [f"{backend_label(model)}; reference {model['reference']}"]
     for row in [header, *body]:

@@ -1,0 +1,51 @@
+"""Re-render a comparison from saved result folders, without re-running anything.
+
+    python -m pytest_kimi.report reports/A/tp32 reports/B/pp8 [--out DIR]
+
+The first folder is the reference. Writes comparison.md, comparison.json and report.html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_kimi.report.comparison import build_comparison, render_markdown, render_text
+from pytest_kimi.report.html import render_html
+from pytest_kimi.report.resultdir import write_json, write_text
+from pytest_kimi.report.saved import SavedRunError, load_layout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_kimi.report", description=__doc__)
+    parser.add_argument("folders", nargs="+", type=Path, help="saved layout folders")
+    parser.add_argument("--out", type=Path, default=Path("."), help="where to write (default .)")
+    args = parser.parse_args(argv)
+    try:
+        loaded = [load_layout(folder) for folder in args.folders]
+    except SavedRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results = [result for result, _ in loaded]
+    names = [r.name for r in results]
+    if len(set(names)) != len(names):  # the same layout from two runs: tell them apart
+        for result, folder in zip(results, args.folders, strict=True):
+            result.name = f"{folder.parent.name}/{result.name}"
+    first = loaded[0][1]
+    model = build_comparison(
+        results,
+        run_id=" vs ".join(str(f) for f in args.folders),
+        backend=first.get("backend", "sglang"),
+        time_scale=float(first.get("time_scale") or 1.0),
+    )
+    write_json(args.out / "comparison.json", model)
+    write_text(args.out / "comparison.md", render_markdown(model))
+    write_text(args.out / "report.html", render_html(model, {r.name: r.records for r in results}))
+    print(render_text(model))
+    print(f"wrote {args.out / 'comparison.md'}, comparison.json, report.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""``report.html``: one self-contained page (plots inline as SVG) to read a comparison at a glance.
+
+Plots, all in cluster time: TTFT / TPOT / E2E CDFs per layout (medians hide tails; a CDF shows
+them), a per-request timeline per replica (send, first token, end: queueing and prefill
+interference are visible), and output throughput over time. The table, SLO verdicts and notes
+come from the same report model as ``comparison.md``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jinja2
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from pytest_kimi.metrics import per_request_ms
+from pytest_kimi.report.comparison import backend_label, table_rows
+from pytest_kimi.workload.records import RequestRecord
+
+PLOT_IDS = ("cdf-ttft", "cdf-tpot", "cdf-e2e", "timeline", "throughput")
+
+_TEMPLATE = jinja2.Template(
+    """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>pytest-kimi: {{ model.run_id }}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; font-size: 14px; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.pass { color: #176f2c; } .fail { color: #b00020; font-weight: bold; }
+figure { margin: 1.5em 0; } figcaption { font-size: 13px; color: #555; }
+</style></head><body>
+<h1>Layout comparison: {{ model.run_id }}</h1>
+<p>Backend: {{ backend }}. Reference layout: <code>{{ model.reference }}</code>; deltas are
+relative to it. Latency deltas carry a 95% bootstrap interval; <code>*</code> marks one that
+excludes zero.</p>
+<table><thead><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
+{% for row in body %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+</tbody></table>
+<h2>SLO verdicts</h2><ul>
+{% for layout in model.layouts %}{% if layout.error %}
+<li><b>{{ layout.name }}</b>: not measured: {{ layout.error.splitlines()[0] }}</li>
+{% else %}{% for s in layout.slo %}
+<li><b>{{ layout.name }}</b> {{ s.name }}:
+<span class="{{ 'pass' if s.passed else 'fail' }}">{{ 'PASS' if s.passed else 'FAIL' }}</span>
+</li>{% endfor %}{% endif %}{% endfor %}
+</ul>
+{% if notes %}<h2>Data quality and notes</h2><ul>
+{% for name, note in notes %}<li><b>{{ name }}</b>: {{ note }}</li>{% endfor %}</ul>{% endif %}
+<h2>Plots</h2>
+{% for plot in plots %}<figure id="{{ plot.id }}">{{ plot.svg }}
+<figcaption>{{ plot.caption }}</figcaption></figure>
+{% endfor %}
+</body></html>
+""",
+    autoescape=True,
+)
+
+
+def _svg(fig: plt.Figure) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _cdf_plot(samples: Mapping[str, list[float]], metric: str, unit: str) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name, values in samples.items():
+        if values:
+            xs = np.sort(np.asarray(values)) / (1000.0 if unit == "s" else 1.0)
+            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=name)
+    ax.set_xlabel(f"{metric} ({unit})")
+    ax.set_ylabel("share of requests")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no successful requests", ha="center", transform=ax.transAxes)
+    return _svg(fig)
+
+
+def _timeline_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: float) -> str:
+    layouts = [name for name, recs in records.items() if recs]
+    fig, axes = plt.subplots(len(layouts), 1, figsize=(9, 2.4 * max(1, len(layouts))),
+                             squeeze=False)  # fmt: skip
+    for ax, name in zip(axes[:, 0], layouts, strict=True):
+        measured = [r for r in records[name] if not r.warmup and r.end_time is not None]
+        start = min(r.send_time for r in measured)
+        replicas = sorted({r.replica or "?" for r in measured})
+        y = 0
+        ticks = []
+        for rep in replicas:
+            rows = sorted((r for r in measured if (r.replica or "?") == rep),
+                          key=lambda r: r.send_time)  # fmt: skip
+            for r in rows:
+                send = (r.send_time - start) * time_scale
+                end = (r.end_time - start) * time_scale
+                first = (r.first_token_time - start) * time_scale if r.first_token_time else end
+                color = "tab:red" if not r.success else "tab:blue"
+                ax.plot([send, first], [y, y], color="tab:orange", lw=3)
+                ax.plot([first, end], [y, y], color=color, lw=3)
+                y += 1
+            ticks.append((y - len(rows) / 2, rep))
+            y += 2
+        ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+        ax.set_title(f"{name}: waiting for first token (orange), decoding (blue)", fontsize=10)
+        ax.set_xlabel("cluster time since the first request (s)")
+    return _svg(fig)
+
+
+def _throughput_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: float) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name, recs in records.items():
+        measured = [r for r in recs if not r.warmup]
+        if not measured:
+            continue
+        start = min(r.send_time for r in measured)
+        times = [(c.time - start) * time_scale for r in measured for c in r.chunks]
+        tokens = [c.tokens for r in measured for c in r.chunks]
+        if not times:
+            continue
+        width = max(1.0, max(times) / 60)  # about 60 bins over the run
+        edges = np.arange(0, max(times) + width, width)
+        counts, _ = np.histogram(times, bins=edges, weights=tokens)
+        ax.plot(edges[:-1], counts / width, label=name)
+    ax.set_xlabel("cluster time since the first request (s)")
+    ax.set_ylabel("output tokens/s")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _svg(fig)
+
+
+def render_html(model: dict[str, Any], records: Mapping[str, Sequence[RequestRecord]]) -> str:
+    """The page for ``model`` (from build_comparison) and each layout's records."""
+    scale = model["time_scale"]
+    samples = {name: per_request_ms(recs, time_scale=scale) for name, recs in records.items()}
+    plots = []
+    for key, label, unit in (("ttft", "TTFT", "s"), ("tpot", "TPOT", "ms"), ("e2e", "E2E", "s")):
+        svg = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
+        plots.append({"id": f"cdf-{key}", "svg": svg, "caption": f"{label} CDF per layout"})
+    if any(records.values()):
+        plots.append({"id": "timeline", "svg": _timeline_plot(records, scale),
+                      "caption": "every request per replica: send, first token, end"})  # fmt: skip
+        plots.append({"id": "throughput", "svg": _throughput_plot(records, scale),
+                      "caption": "output throughput over time"})  # fmt: skip
+    header, body = table_rows(model)
+    notes = [(lay["name"], n) for lay in model["layouts"] for n in lay["notes"]]
+    return _TEMPLATE.render(
+        model=model,
+        backend=backend_label(model),
+        header=header,
+        body=body,
+        notes=notes,
+        plots=[{**p, "svg": jinja2.utils.markupsafe.Markup(p["svg"])} for p in plots],
+    )
