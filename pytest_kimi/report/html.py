@@ -90,8 +90,10 @@ def _cdf_plot(samples: Mapping[str, list[float]], metric: str, unit: str) -> str
 
 def _timeline_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: float) -> str:
     layouts = [name for name, recs in records.items() if recs]
-    fig, axes = plt.subplots(len(layouts), 1, figsize=(9, 2.4 * max(1, len(layouts))),
-                             squeeze=False)  # fmt: skip
+    height = 2.6 * max(1, len(layouts))
+    fig, axes = plt.subplots(
+        len(layouts), 1, figsize=(9, height), layout="constrained", squeeze=False
+    )
     for ax, name in zip(axes[:, 0], layouts, strict=True):
         measured = [r for r in records[name] if not r.warmup and r.end_time is not None]
         start = min(r.send_time for r in measured)
