@@ -154,6 +154,7 @@ class ClusterConfig:
     startup_timeout_s: float
     source: Located = field(repr=False, compare=False)
     work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
+    regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
 
     @property
     def time_scale(self) -> float:
@@ -326,6 +327,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     router = _router(top.sub("router"), nodes)
     workload = _workload(top.sub("workload"))
     slo = top.strings("slo")
+    regression = top.strings("regression")
     mock = _mock(top.sub("mock")) if "mock" in top.data else None
     if mock is None:
         top.seen.add("mock")
@@ -357,6 +359,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         startup_timeout_s=startup,
         source=src,
         work_dir=work_dir,
+        regression=regression,
     )
 
 

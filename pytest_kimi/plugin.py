@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kimi.baseline import BaselineError
 from pytest_kimi.config import Layout
 from pytest_kimi.report.comparison import LayoutResult, render_text
 from pytest_kimi.session import KimiSession, Options, UsageProblem
@@ -65,6 +66,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="print the exact launch commands per layout and node, start nothing, exit",
     )
+    group.addoption(
+        "--kimi-save-baseline",
+        dest="kimi_save_baseline",
+        default=None,
+        metavar="PATH",
+        help="store this run (metrics and per-request samples) as a baseline JSON file",
+    )
+    group.addoption(
+        "--kimi-baseline",
+        dest="kimi_baseline",
+        default=None,
+        metavar="PATH",
+        help="judge this run against a stored baseline: adds test_no_regression[layout-metric]",
+    )
+    group.addoption(
+        "--kimi-fail",
+        dest="kimi_fail",
+        default="",
+        metavar="METRIC:PCT,...",
+        help="regression thresholds, e.g. ttft_p95:10%,tpot_mean:5% (defaults: cluster YAML "
+        "'regression', else ttft_p95:10%,tpot_mean:5%,output_throughput:5%)",
+    )
     parser.addini("kimi_layout", "default for --layout")
     parser.addini("kimi_cluster", "default for --cluster")
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
@@ -85,7 +108,18 @@ def _options(config: pytest.Config) -> Options:
     layouts = tuple(n.strip() for n in (_opt(config, "kimi_layout") or "").split(",") if n.strip())
     report = Path(_opt(config, "kimi_report_dir") or root / "reports")
     slos = (*config.getini("kimi_slo"), *config.getoption("kimi_slo"))
-    return Options(cluster, layouts, report, tuple(slos), _opt(config, "kimi_endpoint"))
+    save = config.getoption("kimi_save_baseline")
+    base = config.getoption("kimi_baseline")
+    return Options(
+        cluster,
+        layouts,
+        report,
+        tuple(slos),
+        _opt(config, "kimi_endpoint"),
+        save_baseline=Path(save) if save else None,
+        baseline=Path(base) if base else None,
+        fail_thresholds=config.getoption("kimi_fail"),
+    )
 
 
 def _explicit(config: pytest.Config) -> bool:
@@ -146,6 +180,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kimi_layout" not in metafunc.fixturenames:
         return
     session = _session(metafunc.config)
+    if "kimi_regression_metric" in metafunc.fixturenames:
+        # one item per layout and gated metric; none at all without --kimi-baseline
+        metrics = sorted(session.thresholds) if session.baseline is not None else []
+        pairs = [(layout, m) for layout in session.layouts for m in metrics]
+        metafunc.parametrize(
+            ["kimi_layout", "kimi_regression_metric"],
+            pairs,
+            indirect=["kimi_layout"],
+            scope="session",
+            ids=[f"{layout.name}-{m}" for layout, m in pairs],
+        )
+        return
     if "kimi_slo_name" in metafunc.fixturenames:
         # one test item per layout and SLO, so JUnit shows every verdict on its own
         marked = _marker_slos(metafunc.definition)
@@ -245,10 +291,36 @@ def kimi_slo(kimi_slos: dict[str, Slo]):
     return get
 
 
+@pytest.fixture
+def kimi_regression(kimi_session: KimiSession, kimi_layout: Layout, kimi_result: LayoutResult):
+    """Judge one metric of this layout against ``--kimi-baseline``: ``kimi_regression(name)``."""
+
+    def judge(metric: str):
+        try:
+            return kimi_session.judge(kimi_layout, metric)
+        except BaselineError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    return judge
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --kimi-baseline there is nothing to judge: the gate's items are deselected."""
+    if config.stash[OPTIONS_KEY].baseline is not None:
+        return
+    gated = [i for i in items if "kimi_regression_metric" in getattr(i, "fixturenames", ())]
+    if gated:
+        config.hook.pytest_deselected(items=gated)
+        items[:] = [i for i in items if i not in gated]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     kimi = session.config.stash.get(SESSION_KEY, None)
     if kimi is not None and kimi.results:
         kimi.write_comparison()
+        saved = kimi.save_baseline()
+        if saved is not None:
+            kimi.say(f"[kimi] baseline saved to {saved}")
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

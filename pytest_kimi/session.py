@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from pytest_kimi import baseline as baseline_mod
 from pytest_kimi import slo as slo_mod
 from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
 from pytest_kimi.deploy.deployment import Deployment
@@ -34,7 +35,7 @@ from pytest_kimi.deploy.plan import (
     resolve_model_path,
 )
 from pytest_kimi.deploy.ssh import SSHExecutor
-from pytest_kimi.metrics import summarize
+from pytest_kimi.metrics import per_request_ms, summarize
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.report.comparison import (
     LayoutResult,
@@ -55,6 +56,14 @@ from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.dataset import DatasetError, Workload, load_workload, resolve_dataset
 from pytest_kimi.workload.records import RequestRecord, write_records
 
+BASELINE_METRICS = (
+    "ttft_mean", "ttft_median", "ttft_p95", "ttft_p99",
+    "tpot_mean", "tpot_median", "tpot_p95", "tpot_p99",
+    "e2e_mean", "e2e_median", "e2e_p95", "e2e_p99",
+    "input_throughput", "output_throughput", "total_throughput", "request_throughput",
+    "success_rate", "goodput",
+)  # fmt: skip
+
 
 class UsageProblem(ValueError):
     """Bad input found before anything started: shown as pytest's usage error."""
@@ -69,6 +78,9 @@ class Options:
     report_dir: Path
     slo_overrides: tuple[str, ...] = ()
     endpoint: str | None = None
+    save_baseline: Path | None = None
+    baseline: Path | None = None
+    fail_thresholds: str = ""
 
 
 @dataclass
@@ -81,6 +93,8 @@ class KimiSession:
     slos: dict[str, dict[str, slo_mod.Slo]]  # layout name -> SLO name -> SLO
     workload: Workload | None  # None only for a dry run
     say: Callable[[str], None] = print
+    thresholds: dict[str, float] = field(default_factory=dict)  # regression gate, per metric
+    baseline: dict | None = None
     results: dict[str, LayoutResult] = field(default_factory=dict)
     _run_dir: Path | None = None
 
@@ -111,13 +125,22 @@ class KimiSession:
                     seed=wl.seed,
                     category=wl.category,
                 )
-        except (ConfigError, DatasetError, slo_mod.SloError) as exc:
+            thresholds = {
+                **baseline_mod.DEFAULT_THRESHOLDS,
+                **baseline_mod.parse_thresholds(
+                    ",".join(f"{k}:{v}" for k, v in cluster.regression.items()),
+                    f"{cluster.path} regression",
+                ),
+                **baseline_mod.parse_thresholds(options.fail_thresholds, "--kimi-fail"),
+            }
+            baseline = baseline_mod.load(options.baseline) if options.baseline else None
+        except (ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError) as exc:
             raise UsageProblem(str(exc)) from None
         if options.endpoint and len(layouts) != 1:
             raise UsageProblem(
                 "--kimi-endpoint attaches to one running deployment: pass one --layout"
             )
-        return cls(options, cluster, layouts, slos, workload, say)
+        return cls(options, cluster, layouts, slos, workload, say, thresholds, baseline)
 
     @property
     def goodput_limits_ms(self) -> dict[str, float]:
@@ -364,6 +387,42 @@ class KimiSession:
                 for v in result.verdicts
             ]
         write_json(self.layout_dir(layout) / "summary.json", data)
+
+    # -- regression gate ---------------------------------------------------------------------
+    def baseline_entry(self, result: LayoutResult) -> dict[str, Any]:
+        """What a baseline keeps of one layout: its metrics and per-request samples."""
+        assert result.summary is not None
+        names = sorted({*BASELINE_METRICS, *self.thresholds})
+        return {
+            "label": result.label,
+            "metrics": baseline_mod.metrics_of(result.summary, names),
+            "samples": per_request_ms(result.records, time_scale=self.time_scale),
+        }
+
+    def judge(self, layout: Layout, metric: str) -> baseline_mod.Judgement:
+        """This run's ``metric`` on ``layout`` against the loaded baseline."""
+        assert self.baseline is not None
+        result = self.results[layout.name]
+        saved = self.baseline["layouts"].get(layout.name)
+        if saved is None:
+            known = ", ".join(self.baseline["layouts"]) or "none"
+            raise baseline_mod.BaselineError(
+                f"the baseline has no layout {layout.name!r} (it has: {known}); save one with "
+                "--kimi-save-baseline"
+            )
+        return baseline_mod.judge(
+            layout.name, metric, self.thresholds[metric], saved, self.baseline_entry(result)
+        )
+
+    def save_baseline(self) -> Path | None:
+        path = self.options.save_baseline
+        measured = {name: self.baseline_entry(r) for name, r in self.results.items() if r.summary}
+        if path is None or not measured:
+            return None
+        meta = {"cluster": self.cluster.name, "backend": self.backend,
+                "time_scale": self.time_scale, "run_id": self.run_dir.name}  # fmt: skip
+        baseline_mod.save(path, baseline_mod.snapshot(measured, meta))
+        return path
 
     def comparison(self) -> dict[str, Any] | None:
         results = [

@@ -317,3 +317,37 @@ def test_layout_scoped_override_for_an_unknown_layout_is_a_usage_error(project: 
     result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-slo", "tp9:ttft_p95=1s")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown layout 'tp9'*"])
+
+
+def test_baseline_gate_passes_against_itself_and_fails_on_a_forced_regression(
+    project: pytest.Pytester,
+):
+    # time scale 50 (not 400): client overheads then weigh 8x less in cluster time, so a rerun
+    # lands well inside the default thresholds (output_throughput 5 %)
+    project.makefile(".yaml", cluster=SMALL_CLUSTER.replace("time_scale: 400", "time_scale: 50"))
+    common = ["--cluster=cluster.yaml", "--layout=deep", "--kimi-report-dir=out",
+              "-p", "no:cacheprovider", "-v"]  # fmt: skip
+    saved = project.runpytest_subprocess(*common, "--kimi-save-baseline=base.json")
+    saved.assert_outcomes(passed=4)  # no gate items without --kimi-baseline
+    assert json.loads((project.path / "base.json").read_text())["layouts"]["deep"]["samples"]
+
+    same = project.runpytest_subprocess(*common, "--kimi-baseline=base.json")
+    same.assert_outcomes(passed=7)  # 4 + ttft_p95, tpot_mean, output_throughput
+    same.stdout.fnmatch_lines(["*test_no_regression?deep-tpot_mean? PASSED*"])
+
+    slower = SMALL_CLUSTER.replace(
+        "mock: {time_scale: 400, seed: 3}",
+        "mock: {time_scale: 50, seed: 3, profile: {step_overhead_ms: 40}}",
+    )  # every step of the model 30 ms slower: a real TPOT regression
+    project.makefile(".yaml", cluster=slower)
+    regressed = project.runpytest_subprocess(*common, "--kimi-baseline=base.json",
+                                             "--kimi-fail=tpot_mean:5%")  # fmt: skip
+    regressed.stdout.fnmatch_lines(["*test_no_regression?deep-tpot_mean? FAILED*"])
+    regressed.stdout.fnmatch_lines(["*REGRESSION: deep tpot_mean*worse; threshold 5%*"])
+    assert regressed.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_unreadable_baseline_is_a_usage_error(project: pytest.Pytester):
+    result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-baseline=nope.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*nope.json: cannot read baseline*"])

@@ -24,3 +24,10 @@ def test_every_request_succeeded(speedbench):
 def test_slo(speedbench, kimi_slos, kimi_slo_name):
     verdict = evaluate(kimi_slos[kimi_slo_name], speedbench.summary)
     assert verdict.passed, verdict.message()
+
+
+def test_no_regression(speedbench, kimi_regression, kimi_regression_metric):
+    """With --kimi-baseline: each gated metric must not be worse than the baseline by more than
+    its threshold and beyond its bootstrap interval (--kimi-fail sets thresholds)."""
+    judgement = kimi_regression(kimi_regression_metric)
+    assert not judgement.regressed, judgement.message()

@@ -1,0 +1,172 @@
+"""The nightly regression gate: store a run as a baseline, judge later runs against it.
+
+Direction-aware (latency up or throughput down is a regression) and noise-aware: a latency
+regression must exceed its threshold AND its 95% bootstrap interval must exclude zero, so 40
+noisy requests do not page anyone; throughputs (one number per run) are judged on the
+threshold alone. Pure functions over plain data plus the two file operations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_kimi.stats import bootstrap_delta
+
+FORMAT = 1
+LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_(mean|median|p\d+(?:\.\d+)?)$")
+HIGHER_IS_BETTER = {
+    "output_throughput",
+    "input_throughput",
+    "total_throughput",
+    "request_throughput",
+    "success_rate",
+    "goodput",
+}
+DEFAULT_THRESHOLDS = {"ttft_p95": 0.10, "tpot_mean": 0.05, "output_throughput": 0.05}
+
+
+class BaselineError(ValueError):
+    """A baseline file or threshold that cannot be used; the message says which."""
+
+
+def parse_thresholds(text: str, source: str) -> dict[str, float]:
+    """``ttft_p95:10%,tpot_mean:5%`` (or fractions: ``0.1``) -> {metric: 0.10, ...}."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise BaselineError(f"{source}: expected METRIC:PERCENT, got {item!r}")
+        name = name.strip()
+        if not (LATENCY.match(name) or name in HIGHER_IS_BETTER):
+            raise BaselineError(f"{source}: {name!r} is not a metric the gate can judge")
+        value = value.strip()
+        try:
+            number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+        except ValueError:
+            raise BaselineError(f"{source}: {item!r}: threshold is not a number") from None
+        if not 0 <= number < 10:
+            raise BaselineError(f"{source}: {item!r}: threshold out of range")
+        out[name] = number
+    return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One metric of one layout against the baseline."""
+
+    layout: str
+    metric: str
+    baseline: float
+    current: float
+    threshold: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+    @property
+    def change(self) -> float:
+        """Relative change, signed so that positive is worse."""
+        if self.baseline == 0 or math.isnan(self.baseline) or math.isnan(self.current):
+            return math.nan
+        raw = (self.current - self.baseline) / self.baseline
+        return -raw if self.metric in HIGHER_IS_BETTER else raw
+
+    @property
+    def beyond_noise(self) -> bool:
+        """For latencies: the bootstrap interval of the change lies wholly on the worse side."""
+        if self.ci_low is None:
+            return True  # no per-request samples (throughputs): the threshold alone decides
+        return self.ci_low > 0
+
+    @property
+    def regressed(self) -> bool:
+        if math.isnan(self.change):
+            return True  # a metric we can no longer measure is not a pass
+        return self.change > self.threshold and self.beyond_noise
+
+    def message(self) -> str:
+        worse = "worse" if self.change > 0 else "better"
+        ci = ""
+        if self.ci_low is not None:
+            ci = f", 95% interval of the change [{self.ci_low:+.1%}, {self.ci_high:+.1%}]"
+        verdict = "REGRESSION" if self.regressed else "ok"
+        return (
+            f"{verdict}: {self.layout} {self.metric} {self.current:.4g} vs baseline "
+            f"{self.baseline:.4g} ({abs(self.change):.1%} {worse}; threshold "
+            f"{self.threshold:.0%}{ci})"
+        )
+
+
+def snapshot(layouts: Mapping[str, Mapping[str, Any]], meta: Mapping[str, Any]) -> dict:
+    """A baseline document: per layout its summary dict and per-request samples (ms)."""
+    return {
+        "format": FORMAT,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **meta,
+        "layouts": {name: dict(data) for name, data in layouts.items()},
+    }
+
+
+def save(path: Path, document: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def load(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read baseline: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BaselineError(f"{path}: not a baseline file: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise BaselineError(f"{path}: not a pytest-kimi baseline (format {FORMAT})")
+    return document
+
+
+def judge(
+    layout: str,
+    metric: str,
+    threshold: float,
+    baseline: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    seed: int = 0,
+) -> Judgement:
+    """Compare one metric; ``baseline``/``current`` are a layout's snapshot entries."""
+    base_value = _value(baseline, metric)
+    cur_value = _value(current, metric)
+    match = LATENCY.match(metric)
+    if match:
+        prefix, stat = match.groups()
+        a = baseline.get("samples", {}).get(prefix) or []
+        b = current.get("samples", {}).get(prefix) or []
+        ci = bootstrap_delta(a, b, stat, seed=seed)
+        if ci is not None:
+            return Judgement(layout, metric, base_value, cur_value, threshold, ci.low, ci.high)
+    return Judgement(layout, metric, base_value, cur_value, threshold)
+
+
+def _value(entry: Mapping[str, Any], metric: str) -> float:
+    value = entry.get("metrics", {}).get(metric)
+    return math.nan if value is None else float(value)
+
+
+def metrics_of(summary: Any, names: Sequence[str]) -> dict[str, float | None]:
+    """The named metrics of a Summary, NaN as None (JSON)."""
+    out: dict[str, float | None] = {}
+    for name in names:
+        try:
+            value = float(summary.metric(name))
+        except KeyError:
+            value = math.nan
+        out[name] = None if math.isnan(value) else value
+    return out
