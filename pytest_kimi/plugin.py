@@ -304,14 +304,26 @@ def kimi_regression(kimi_session: KimiSession, kimi_layout: Layout, kimi_result:
     return judge
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without --kimi-baseline there is nothing to judge: the gate's items are deselected."""
-    if config.stash[OPTIONS_KEY].baseline is not None:
+    """Run each layout's items together, in ``--layout`` order, so its deployment is brought up
+    once; without --kimi-baseline the gate's items are deselected (nothing to judge)."""
+    if config.stash[OPTIONS_KEY].baseline is None:
+        gated = [i for i in items if "kimi_regression_metric" in getattr(i, "fixturenames", ())]
+        if gated:
+            config.hook.pytest_deselected(items=gated)
+            items[:] = [i for i in items if i not in gated]
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
         return
-    gated = [i for i in items if "kimi_regression_metric" in getattr(i, "fixturenames", ())]
-    if gated:
-        config.hook.pytest_deselected(items=gated)
-        items[:] = [i for i in items if i not in gated]
+    order = {layout.name: n for n, layout in enumerate(session.layouts)}
+
+    def layout_rank(item: pytest.Item) -> int:
+        callspec = getattr(item, "callspec", None)
+        layout = callspec.params.get("kimi_layout") if callspec is not None else None
+        return -1 if layout is None else order.get(layout.name, len(order))
+
+    items.sort(key=layout_rank)  # stable: the order inside a layout is kept
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -78,6 +78,7 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         "no:cacheprovider",
     )
     result.assert_outcomes(passed=8)
+    assert result.stdout.str().count("] bringing up ") == 2  # one deployment per layout
     result.stdout.fnmatch_lines(
         [
             "*pytest-kimi layout comparison*",

@@ -174,9 +174,14 @@ def test_slo_error_is_value_error() -> None:
 
 
 def test_parse_assignment() -> None:
-    assert parse_assignment("ttft_p95=25s", "cli") == Slo("ttft_p95", 25000.0, True, "ms", "cli")
-    assert parse_assignment(" tpot_mean = 150ms ", "cli").limit == 150.0
-    assert parse_assignment("success_rate=0.99", "ini").upper is False
+    assert parse_assignment("ttft_p95=25s", "cli") == (
+        None,
+        Slo("ttft_p95", 25000.0, True, "ms", "cli"),
+    )
+    assert parse_assignment(" tpot_mean = 150ms ", "cli")[1].limit == 150.0
+    assert parse_assignment("success_rate=0.99", "ini")[1].upper is False
+    layout, slo = parse_assignment("pp8:ttft_p95=15s", "cli")
+    assert layout == "pp8" and slo.limit == 15000.0
 
 
 @pytest.mark.parametrize("text", ["ttft_p95", "=25s", "ttft_p95=", "  =  ", "", "ttft_p95: 25s"])
@@ -207,8 +212,11 @@ def test_from_mapping_error_names_file_and_field() -> None:
 
 def test_merge_precedence() -> None:
     yaml_layer = from_mapping({"ttft_p95": "30s", "tpot_mean": "150ms"}, "c.yaml")
-    ini_layer = [parse_assignment("ttft_p95=25s", "ini")]
-    cli_layer = [parse_assignment("ttft_p95=20s", "cli"), parse_assignment("success_rate=1", "cli")]
+    ini_layer = [parse_assignment("ttft_p95=25s", "ini")[1]]
+    cli_layer = [
+        parse_assignment("ttft_p95=20s", "cli")[1],
+        parse_assignment("success_rate=1", "cli")[1],
+    ]
     merged = merge(yaml_layer, ini_layer, cli_layer)
     assert list(merged) == ["ttft_p95", "tpot_mean", "success_rate"]
     assert merged["ttft_p95"] == Slo("ttft_p95", 20000.0, True, "ms", "cli")
