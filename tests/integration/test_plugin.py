@@ -77,7 +77,7 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=10)
     assert result.stdout.str().count("] bringing up ") == 2  # one deployment per layout
     result.stdout.fnmatch_lines(
         [
@@ -93,6 +93,7 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         name
         for lay in ("wide", "deep")
         for name in (
+            f"test_workload[{lay}]",
             f"test_every_request_succeeded[{lay}]",
             f"test_slo[{lay}-ttft_p95]",
             f"test_slo[{lay}-tpot_p95]",
@@ -139,7 +140,7 @@ def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester):
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(["*SLO tpot_mean <= 1.0 ms VIOLATED: measured*"])
     [run] = list((project.path / "out").iterdir())
     assert "FAIL" in (run / "comparison.md").read_text()
@@ -190,6 +191,9 @@ def test_help_documents_every_option(pytester: pytest.Pytester):
         "--kimi-slo",
         "--kimi-endpoint",
         "--kimi-dry-run",
+        "--kimi-save-baseline",
+        "--kimi-baseline",
+        "--kimi-fail",
     ):
         result.stdout.fnmatch_lines([f"*{option}*"])
 
@@ -203,7 +207,7 @@ def test_attach_to_running_endpoint_runs_without_bring_up(project: pytest.Pytest
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     [run] = list((project.path / "out").iterdir())
     manifest = json.loads((run / "wide" / "manifest.json").read_text())
     assert manifest["endpoint"] == mock_server and "processes" not in manifest
@@ -329,11 +333,11 @@ def test_baseline_gate_passes_against_itself_and_fails_on_a_forced_regression(
     common = ["--cluster=cluster.yaml", "--layout=deep", "--kimi-report-dir=out",
               "-p", "no:cacheprovider", "-v"]  # fmt: skip
     saved = project.runpytest_subprocess(*common, "--kimi-save-baseline=base.json")
-    saved.assert_outcomes(passed=4)  # no gate items without --kimi-baseline
+    saved.assert_outcomes(passed=5)  # no gate items without --kimi-baseline
     assert json.loads((project.path / "base.json").read_text())["layouts"]["deep"]["samples"]
 
     same = project.runpytest_subprocess(*common, "--kimi-baseline=base.json")
-    same.assert_outcomes(passed=7)  # 4 + ttft_p95, tpot_mean, output_throughput
+    same.assert_outcomes(passed=8)  # 5 + ttft_p95, tpot_mean, output_throughput
     same.stdout.fnmatch_lines(["*test_no_regression?deep-tpot_mean? PASSED*"])
 
     slower = SMALL_CLUSTER.replace(
@@ -352,3 +356,30 @@ def test_unreadable_baseline_is_a_usage_error(project: pytest.Pytester):
     result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-baseline=nope.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*nope.json: cannot read baseline*"])
+
+
+CLI = "import sys; from pytest_benchmark.cli import main; sys.exit(main())"
+
+
+def test_pytest_benchmark_records_each_layout_run(project: pytest.Pytester):
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide,deep", "--kimi-report-dir=out",
+        "--benchmark-autosave", f"--benchmark-storage=file://{project.path / 'bench'}",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=10)
+    [saved] = list((project.path / "bench").rglob("*.json"))
+    benchmarks = {b["name"]: b for b in json.loads(saved.read_text())["benchmarks"]}
+    assert set(benchmarks) == {"test_workload[wide]", "test_workload[deep]"}
+    extra = benchmarks["test_workload[deep]"]["extra_info"]
+    assert extra["layout"] == "deep" and extra["completed"] == 6 and extra["p95_ttft_ms"] > 0
+    assert benchmarks["test_workload[deep]"]["stats"]["rounds"] == 1
+    import subprocess
+    import sys
+
+    listed = subprocess.run(  # the `pytest-benchmark list` console command, from this venv
+        [sys.executable, "-c", CLI, "--storage", f"file://{project.path / 'bench'}", "list"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert saved.stem in listed.stdout

@@ -22,7 +22,7 @@ def test_mock_dp2_reproduces_the_seed_directions(pytester: pytest.Pytester):
         "--cluster=local.yaml", "--layout=tp32,pp8", "--kimi-report-dir=out",
         "-p", "no:cacheprovider",
     )  # fmt: skip
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=10)
     [run] = list((pytester.path / "out").iterdir())
     rows = {
         r["metric"]: r["values"] for r in json.loads((run / "comparison.json").read_text())["rows"]

@@ -31,3 +31,8 @@ def test_no_regression(speedbench, kimi_regression, kimi_regression_metric):
     its threshold and beyond its bootstrap interval (--kimi-fail sets thresholds)."""
     judgement = kimi_regression(kimi_regression_metric)
     assert not judgement.regressed, judgement.message()
+
+
+def test_workload(kimi_benchmark):
+    """The workload's one run, recorded by pytest-benchmark (``--benchmark-autosave``)."""
+    assert kimi_benchmark.summary is not None, kimi_benchmark.error
