@@ -153,6 +153,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "slo(**limits): SLOs for this test, e.g. slo(ttft_p95='20s', tpot_mean='120ms')"
     )
     config.stash[OPTIONS_KEY] = _options(config)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(config), "kimi-xdist")
+        if getattr(config.option, "dist", "no") == "load":
+            config.option.dist = "loadgroup"  # a layout's items must share one worker
     if _explicit(config):
         session = _session(config)  # validate now: bad input is a usage error up front
         if config.getoption("kimi_dry_run"):
@@ -172,6 +176,8 @@ def _session(config: pytest.Config) -> KimiSession:
             session = KimiSession.load(config.stash[OPTIONS_KEY], _say(config), dry_run)
         except UsageProblem as exc:
             raise pytest.UsageError(str(exc)) from None
+        if _is_worker(config) and config.workerinput.get("kimi_run_dir"):
+            session.use_run_dir(Path(config.workerinput["kimi_run_dir"]))
         config.stash[SESSION_KEY] = session
     return config.stash[SESSION_KEY]
 
@@ -339,7 +345,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def layout_rank(item: pytest.Item) -> int:
         callspec = getattr(item, "callspec", None)
         layout = callspec.params.get("kimi_layout") if callspec is not None else None
-        return -1 if layout is None else order.get(layout.name, len(order))
+        if layout is None:
+            return -1
+        item.add_marker(pytest.mark.xdist_group(f"kimi-{layout.name}"))  # one worker each
+        return order.get(layout.name, len(order))
 
     def key(item: pytest.Item) -> tuple[int, int]:
         # the benchmark item first: its timing must cover the workload's one real run
@@ -349,9 +358,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)  # stable: the order inside a layout is otherwise kept
 
 
+class XdistHooks:
+    """``-n N``: the controller picks the run folder and hands it to every worker; workers
+    measure their layouts into it; the controller writes the one comparison from the folder."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_configure_node(self, node) -> None:
+        if SESSION_KEY in self.config.stash or _explicit(self.config):
+            node.workerinput["kimi_run_dir"] = str(_session(self.config).run_dir)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    kimi = session.config.stash.get(SESSION_KEY, None)
-    if kimi is not None and kimi.results:
+    config = session.config
+    kimi = config.stash.get(SESSION_KEY, None)
+    if kimi is None or _is_worker(config):
+        return  # a worker's layouts are on disk; the controller writes the comparison
+    if not kimi.results:
+        kimi.load_results_from_disk()  # under xdist the workers measured
+    if kimi.results:
         kimi.write_comparison()
         saved = kimi.save_baseline()
         if saved is not None:

@@ -52,6 +52,7 @@ from pytest_kimi.report.resultdir import (
     write_json,
     write_text,
 )
+from pytest_kimi.report.saved import load_layout
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.dataset import DatasetError, Workload, load_workload, resolve_dataset
 from pytest_kimi.workload.records import RequestRecord, write_records
@@ -166,6 +167,20 @@ class KimiSession:
             run_id = new_run_id(self.cluster.name, self.cluster.replicas)
             self._run_dir = make_run_dir(self.options.report_dir, run_id)
         return self._run_dir
+
+    def use_run_dir(self, path: Path) -> None:
+        """Write into a folder someone else made (the xdist controller, for its workers)."""
+        path.mkdir(parents=True, exist_ok=True)
+        self._run_dir = path
+
+    def load_results_from_disk(self) -> None:
+        """Results measured by other processes (xdist workers), read back from the run folder."""
+        if self._run_dir is None:
+            return
+        for layout in self.layouts:
+            folder = self._run_dir / layout.name
+            if (folder / "summary.json").exists():
+                self.results[layout.name], _ = load_layout(folder)
 
     def layout_dir(self, layout: Layout) -> Path:
         path = self.run_dir / layout.name

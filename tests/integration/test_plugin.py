@@ -383,3 +383,18 @@ def test_pytest_benchmark_records_each_layout_run(project: pytest.Pytester):
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert saved.stem in listed.stdout
+
+
+def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(project: pytest.Pytester):
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide,deep", "--kimi-report-dir=out",
+        "-n", "2", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=10)
+    [run] = list((project.path / "out").iterdir())  # one run folder, shared by both workers
+    comparison = json.loads((run / "comparison.json").read_text())
+    assert [lay["name"] for lay in comparison["layouts"]] == ["wide", "deep"]
+    assert all(lay["summary"]["completed"] == 6 for lay in comparison["layouts"])
+    assert (run / "report.html").exists() and (run / "comparison.md").exists()
+    result.stdout.fnmatch_lines(["*pytest-kimi layout comparison*", "*deep vs wide*"])
+    assert _pids_under(project.path) == []
