@@ -343,6 +343,7 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         for field_name, value in fixed.items():
             if value is None:
                 raise src.error(field_name, "an ssh cluster needs fixed ports, not 'auto'")
+    _check_distinct_ports(src, server, router, nodes)
     return ClusterConfig(
         path=path,
         name=name,
@@ -361,6 +362,34 @@ def load_cluster(path: Path | str) -> ClusterConfig:
         work_dir=work_dir,
         regression=regression,
     )
+
+
+def _check_distinct_ports(
+    src: Located, server: ServerConfig, router: RouterConfig, nodes: tuple[Node, ...]
+) -> None:
+    """Fixed ports that would collide on one host are a usage error, not a bind failure later."""
+    seen: dict[int, str] = {}
+    fields = [("server.port", server.port), ("server.dist_init_port", server.dist_init_port)]
+    hosts = {n.name: n.host for n in nodes}
+    router_host_has_server = hosts.get(router.node) in {n.host for n in nodes}
+    if router_host_has_server:
+        fields += [("router.port", router.port), ("router.prometheus_port", router.prometheus_port)]
+    for name, port in fields:
+        if port is None:
+            continue
+        if port in seen:
+            raise src.error(name, f"port {port} is also {seen[port]}: they would collide")
+        seen[port] = name
+    if server.port is not None:
+        by_host: dict[str, str] = {}
+        for node in nodes:
+            if node.host in by_host:
+                raise src.error(
+                    "server.port",
+                    f"nodes {by_host[node.host]} and {node.name} share host {node.host}: one "
+                    f"fixed port {server.port} would collide; use 'auto' or distinct hosts",
+                )
+            by_host[node.host] = node.name
 
 
 def _ssh(f: _Fields, base: SSHConfig) -> SSHConfig:

@@ -50,6 +50,7 @@ class Deployment:
         """Start everything and wait until the router serves every replica."""
         self.started_at = time.monotonic()
         deadline = self.started_at + self.timeout_s
+        self.check_ports()
         for spec in self.plan.servers:
             self._launch(spec)
         self.progress(f"all {len(self.plan.servers)} server processes started; waiting for rank 0s")
@@ -62,6 +63,25 @@ class Deployment:
             self._wait_router(http, deadline)
         self.ready_s = time.monotonic() - self.started_at
         self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
+
+    def check_ports(self) -> None:
+        """Before starting anything: every port we will listen on must be free on its node."""
+        wanted: list[tuple[ProcessSpec, int, str]] = []
+        for spec in self.plan.processes:
+            wanted.append((spec, spec.port, "HTTP"))
+            if spec.rank == 0 and "--dist-init-addr" in spec.argv:
+                addr = spec.argv[spec.argv.index("--dist-init-addr") + 1]
+                wanted.append((spec, int(addr.rpartition(":")[2]), "--dist-init-addr"))
+            if "--prometheus-port" in spec.argv:
+                port = int(spec.argv[spec.argv.index("--prometheus-port") + 1])
+                wanted.append((spec, port, "Prometheus"))
+        for spec, port, role in wanted:
+            if self.executor.port_in_use(spec.node, port):
+                raise BringUpError(
+                    f"port {port} ({role} of {spec.name}) is already in use on node "
+                    f"{spec.node.name} ({spec.node.host}); stop what holds it or change the "
+                    "port in the cluster file"
+                )
 
     def _launch(self, spec: ProcessSpec) -> None:
         handle = self.executor.start(spec, self.log_dir / f"{spec.name}.log")

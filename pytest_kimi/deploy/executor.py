@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections import deque
@@ -42,6 +43,7 @@ class Executor(Protocol):
     def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
     def fetch_log(self, handle: Handle, dest: Path) -> None: ...
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
+    def port_in_use(self, node: Node, port: int) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -57,6 +59,17 @@ class LocalExecutor:
     """Runs each process on this machine, in its own session, output to its log file."""
 
     poll_s = 0.1
+
+    def port_in_use(self, node: Node, port: int) -> bool:
+        """Whether something already listens on ``node.host:port`` (a bind test)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # as servers do: a port in TIME_WAIT is free, one with a listener is not
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((node.host, port))
+            except OSError:
+                return True
+        return False
 
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
         """A shell command on this machine (every local "node" is this machine)."""

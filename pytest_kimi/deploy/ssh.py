@@ -200,6 +200,12 @@ class SSHExecutor:
         except NodeError:
             pass  # an unreachable node: reported by the leftover check
 
+    def port_in_use(self, node: Node, port: int) -> bool:
+        """A listening TCP socket on ``port`` on the node (``ss`` from iproute2; if the node
+        has no ``ss`` the check is skipped and a bind failure shows in the process's log)."""
+        code, out = self.run(node, f"command -v ss >/dev/null && ss -Htln 'sport = :{int(port)}'")
+        return code == 0 and bool(out.strip())
+
     def log_tail(self, handle: Handle, lines: int = 50) -> str:
         log, _ = self._paths(handle.spec)
         try:

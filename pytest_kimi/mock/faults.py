@@ -7,6 +7,7 @@ prove that every failure is explained and nothing is lost.
 | knob | value | effect |
 |---|---|---|
 | ``crash_after`` | N | request N+1 kills the process (exit 1, EngineDeadError logged) |
+| ``crash_after_tokens`` | K | the process dies mid-stream once it has generated K tokens |
 | ``stall`` | true/false | the scheduler stops: running requests never finish |
 | ``cut_after_tokens`` | K | each stream is cut (connection closed, no ``[DONE]``) after K tokens |
 | ``malformed_after_tokens`` | K | after K tokens a stream carries a line that is not JSON |
@@ -46,6 +47,7 @@ class Faults:
     """The current fault settings of one process."""
 
     crash_after: int | None = None
+    crash_after_tokens: int | None = None
     stall: bool = False
     cut_after_tokens: int | None = None
     malformed_after_tokens: int | None = None
@@ -85,7 +87,8 @@ def _convert(name: str, value: Any) -> Any:
             if isinstance(value, str):
                 return value.lower() in ("1", "true", "yes", "on")
             return bool(value)
-        if name in ("crash_after", "cut_after_tokens", "malformed_after_tokens"):
+        if name in ("crash_after", "crash_after_tokens", "cut_after_tokens",
+                    "malformed_after_tokens"):  # fmt: skip
             return None if value in (None, "", "none") else int(value)
         if name == "error_rate":
             rate = float(value)

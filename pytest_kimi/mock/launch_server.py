@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -74,8 +75,9 @@ async def _main(args: MockArgs) -> int:
 
     engine = build_engine(args)
     faults = Faults(seed=args.mock_seed)
-    try:
-        faults.update(parse_flags(args.mock_fault))
+    env_faults = [f for f in os.environ.get("KIMI_MOCK_FAULT", "").split(",") if f.strip()]
+    try:  # flags, or KIMI_MOCK_FAULT=name=value,... (a per-node env in the cluster YAML)
+        faults.update(parse_flags([*env_faults, *args.mock_fault]))
     except FaultError as exc:
         log.error("[%s] --mock-fault: %s", prefix, exc)
         return 2

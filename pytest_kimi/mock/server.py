@@ -77,6 +77,14 @@ async def _health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+def _die(why: str) -> None:
+    """A fault: the scheduler dies as SGLang's does, taking every stream with it."""
+    log.error("mock fault: %s", why)
+    log.error(LOG_LINES["engine_dead"])
+    logging.shutdown()
+    os._exit(1)
+
+
 async def _set_faults(request: web.Request) -> web.Response:
     """Test-only: change fault knobs at run time (JSON object of knob -> value)."""
     faults, engine = request.app[FAULTS_KEY], request.app[ENGINE_KEY]
@@ -234,9 +242,7 @@ async def _run(
     engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
     faults.requests_seen += 1
     if faults.crash_after is not None and faults.requests_seen > faults.crash_after:
-        log.error(LOG_LINES["engine_dead"])
-        logging.shutdown()
-        os._exit(1)
+        _die(f"crash at request {faults.requests_seen}")
     if faults.should_fail_request():
         raise web.HTTPInternalServerError(
             text=json.dumps({"error": {"message": "mock fault: internal error", "code": 500}}),
@@ -268,6 +274,11 @@ async def _run(
                     generated >= faults.malformed_after_tokens
                 ):
                     await response.write(b"data: {this is not json\n\n")
+                if (
+                    faults.crash_after_tokens is not None
+                    and engine.emitted_tokens >= faults.crash_after_tokens
+                ):
+                    _die(f"crash after {engine.emitted_tokens} generated tokens")
                 if faults.cut_after_tokens is not None and generated >= faults.cut_after_tokens:
                     log.error("mock fault: cutting stream %s after %d tokens", rid, generated)
                     engine.abort(rid)
