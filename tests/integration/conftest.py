@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -106,3 +107,23 @@ def mock_server(spawn) -> Iterator[str]:
 def mock_cmd():
     """Build a mock server command line: ``mock_cmd(port, *flags)``."""
     return mock_argv
+
+
+def pids_mentioning(path: Path) -> list[int]:
+    """Live processes whose command line mentions ``path``: what a run under it left behind."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if str(path).encode() in cmd and group_alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def leftovers():
+    """``leftovers(path)``: processes still running whose command line mentions ``path``."""
+    return pids_mentioning

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from pytest_kimi.deploy.executor import group_alive
 
 pytest_plugins = ["pytester"]
 
@@ -54,21 +51,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def _pids_under(path: Path) -> list[int]:
-    """Processes whose command line mentions ``path`` (our run's processes)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if str(path).encode() in cmd and group_alive(int(entry)):
-                found.append(int(entry))
-    return found
-
-
-def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytester):
+def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytester, leftovers):
     result = project.runpytest_subprocess(
         "--cluster=cluster.yaml",
         "--layout=wide,deep",
@@ -127,10 +110,10 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         logs = sorted(p.name for p in (folder / "logs").iterdir())
         assert "router.log" in logs and len(logs) == 5
         assert "ready to roll" in (folder / "logs" / "replica0-node0-n1.log").read_text()
-    assert _pids_under(project.path) == []
+    assert leftovers(project.path) == []
 
 
-def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester):
+def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester, leftovers):
     result = project.runpytest_subprocess(
         "--cluster=cluster.yaml",
         "--layout=deep",
@@ -144,7 +127,7 @@ def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester):
     result.stdout.fnmatch_lines(["*SLO tpot_mean <= 1.0 ms VIOLATED: measured*"])
     [run] = list((project.path / "out").iterdir())
     assert "FAIL" in (run / "comparison.md").read_text()
-    assert _pids_under(project.path) == []
+    assert leftovers(project.path) == []
 
 
 def test_unknown_layout_is_a_usage_error(project: pytest.Pytester):
@@ -222,7 +205,7 @@ def test_ini_keys_set_defaults(project: pytest.Pytester):
     result.stdout.no_fnmatch_line("# layout wide*")
 
 
-def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester):
+def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester, leftovers):
     import signal
     import subprocess
     import sys
@@ -256,7 +239,7 @@ def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester):
         proc.wait(timeout=60)
     text = log.read_text()
     assert "torn down" in text
-    assert _pids_under(project.path) == []
+    assert leftovers(project.path) == []
     [run] = list((project.path / "out").iterdir())
     summary = json.loads((run / "deep" / "summary.json").read_text())
     assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
@@ -395,7 +378,9 @@ def test_pytest_benchmark_records_each_layout_run(project: pytest.Pytester):
     assert saved.stem in listed.stdout
 
 
-def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(project: pytest.Pytester):
+def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(
+    project: pytest.Pytester, leftovers
+):
     result = project.runpytest_subprocess(
         "--cluster=cluster.yaml", "--layout=wide,deep", "--kimi-report-dir=out",
         "-n", "2", "-p", "no:cacheprovider",
@@ -407,4 +392,4 @@ def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(project: pytes
     assert all(lay["summary"]["completed"] == 6 for lay in comparison["layouts"])
     assert (run / "report.html").exists() and (run / "comparison.md").exists()
     result.stdout.fnmatch_lines(["*pytest-kimi layout comparison*", "*deep vs wide*"])
-    assert _pids_under(project.path) == []
+    assert leftovers(project.path) == []
