@@ -190,15 +190,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # one item per layout and gated metric; none at all without --kimi-baseline
         metrics = sorted(session.thresholds) if session.baseline is not None else []
         pairs = [(layout, m) for layout in session.layouts for m in metrics]
-        metafunc.parametrize(
-            ["kimi_layout", "kimi_regression_metric"],
-            pairs,
-            indirect=["kimi_layout"],
-            scope="session",
-            ids=[f"{layout.name}-{m}" for layout, m in pairs],
-        )
-        return
-    if "kimi_slo_name" in metafunc.fixturenames:
+        _parametrize_pairs(metafunc, "kimi_regression_metric", pairs)
+    elif "kimi_slo_name" in metafunc.fixturenames:
         # one test item per layout and SLO, so JUnit shows every verdict on its own
         marked = _marker_slos(metafunc.definition)
         pairs = [
@@ -206,20 +199,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             for layout in session.layouts
             for name in {**session.slos[layout.name], **marked}
         ]
+        _parametrize_pairs(metafunc, "kimi_slo_name", pairs)
+    else:
         metafunc.parametrize(
-            ["kimi_layout", "kimi_slo_name"],
-            pairs,
-            indirect=["kimi_layout"],
+            "kimi_layout",
+            list(session.layouts),
+            indirect=True,
             scope="session",
-            ids=[f"{layout.name}-{name}" for layout, name in pairs],
+            ids=[layout.name for layout in session.layouts],
         )
-        return
+
+
+def _parametrize_pairs(
+    metafunc: pytest.Metafunc, argname: str, pairs: list[tuple[Layout, str]]
+) -> None:
+    """Items per (layout, name), ids like ``tp32-ttft_p95``; the layout stays session-scoped."""
     metafunc.parametrize(
-        "kimi_layout",
-        list(session.layouts),
-        indirect=True,
+        ["kimi_layout", argname],
+        pairs,
+        indirect=["kimi_layout"],
         scope="session",
-        ids=[layout.name for layout in session.layouts],
+        ids=[f"{layout.name}-{name}" for layout, name in pairs],
     )
 
 
