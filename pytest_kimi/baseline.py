@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pytest_kimi.files import atomic_write_text
 from pytest_kimi.stats import bootstrap_delta
 
 FORMAT = 1
@@ -114,10 +115,7 @@ def snapshot(layouts: Mapping[str, Mapping[str, Any]], meta: Mapping[str, Any]) 
 
 
 def save(path: Path, document: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
 
 
 def load(path: Path) -> dict:

@@ -374,11 +374,13 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     kimi = config.stash.get(SESSION_KEY, None)
     if kimi is None or _is_worker(config):
         return  # a worker's layouts are on disk; the controller writes the comparison
+    if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, or SIGTERM turned into it
+        kimi.interrupted = "stopped by Ctrl-C or SIGTERM before every test ran"
     if not kimi.results:
         kimi.load_results_from_disk()  # under xdist the workers measured
     if kimi.results:

@@ -53,9 +53,14 @@ from pytest_kimi.report.resultdir import (
     write_text,
 )
 from pytest_kimi.report.saved import load_layout
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.client import (
+    ClientOptions,
+    RequestSpec,
+    close_unfinished,
+    run_requests,
+)
 from pytest_kimi.workload.dataset import DatasetError, Workload, load_workload, resolve_dataset
-from pytest_kimi.workload.records import RequestRecord, write_records
+from pytest_kimi.workload.records import RecordJournal, RequestRecord, write_records
 
 BASELINE_METRICS = (
     "ttft_mean", "ttft_median", "ttft_p95", "ttft_p99",
@@ -97,6 +102,7 @@ class KimiSession:
     thresholds: dict[str, float] = field(default_factory=dict)  # regression gate, per metric
     baseline: dict | None = None
     results: dict[str, LayoutResult] = field(default_factory=dict)
+    interrupted: str = ""  # why the session stopped early (Ctrl-C, SIGTERM), if it did
     _run_dir: Path | None = None
 
     # -- inputs ----------------------------------------------------------------------------
@@ -259,7 +265,8 @@ class KimiSession:
             leftovers = dep.stop()
             self.say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
             split = replica_split(result.records) if result.records else {}
-            result.notes.extend(quality_notes(scan_logs(dep.log_dir), split, self.cluster.replicas))
+            findings = scan_logs(dep.log_dir, dep.log_marks)
+            result.notes.extend(quality_notes(findings, split, self.cluster.replicas))
             if leftovers:
                 result.notes.append(
                     "processes left running after teardown: " + ", ".join(leftovers)
@@ -293,19 +300,31 @@ class KimiSession:
             model=self.cluster.server.model_path,
             seed=wl.seed,
         )
+        started: list[RequestRecord] = []
+        journal = RecordJournal(out / "records.partial.jsonl")
         done = 0
 
-        def progress(record: RequestRecord) -> None:
+        def finished(record: RequestRecord) -> None:
             nonlocal done
+            journal.add(record)
+            if record.warmup:
+                return
             done += 1
             if done % 10 == 0 or done == len(measured):
                 self.say(f"[kimi {layout.name}] {done}/{len(measured)} requests done")
 
-        started = time.monotonic()
-        records = asyncio.run(
-            run_requests(endpoint, measured, options, warmup=warmup, on_done=progress)
-        )
+        began = time.monotonic()
+        try:
+            records = asyncio.run(
+                run_requests(endpoint, measured, options, warmup=warmup,
+                             on_start=started.append, on_done=finished)
+            )  # fmt: skip
+        except BaseException as exc:
+            self._keep_interrupted_run(layout, result, started, exc, len(measured))
+            journal.discard()
+            raise
         write_records(out / "records.jsonl", records)
+        journal.discard()
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
         result.summary = summarize(
@@ -321,10 +340,31 @@ class KimiSession:
         ]
         self.say(
             f"[kimi {layout.name}] measured {len(measured)} requests in "
-            f"{time.monotonic() - started:.1f}s wall"
+            f"{time.monotonic() - began:.1f}s wall"
         )
         self._write_summary(layout)
         return result
+
+    def _keep_interrupted_run(
+        self,
+        layout: Layout,
+        result: LayoutResult,
+        started: list[RequestRecord],
+        exc: BaseException,
+        wanted: int,
+    ) -> None:
+        """A run stopped part-way (Ctrl-C, SIGTERM, a crash in the client): keep every record,
+        the unfinished ones marked, and say in the summary how far it got."""
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        unfinished = close_unfinished(started, f"interrupted before completion ({why})")
+        write_records(self.layout_dir(layout) / "records.jsonl", started)
+        result.records = started
+        finished = sum(1 for r in started if not r.warmup) - unfinished
+        result.error = (
+            f"run interrupted after {finished} of {wanted} requests finished "
+            f"({unfinished} in flight, kept as failed records): {why}"
+        )
+        self._write_summary(layout)
 
     # -- files -------------------------------------------------------------------------------
     def _write_manifest(
@@ -433,7 +473,12 @@ class KimiSession:
         )
 
     def save_baseline(self) -> Path | None:
+        """Save this run as the baseline, unless it was interrupted: a partial run must
+        never become the reference that later nights are judged against."""
         path = self.options.save_baseline
+        if path is not None and self.interrupted:
+            self.say(f"[kimi] baseline NOT saved to {path}: the run was interrupted")
+            return None
         measured = {name: self.baseline_entry(r) for name, r in self.results.items() if r.summary}
         if path is None or not measured:
             return None
@@ -443,13 +488,25 @@ class KimiSession:
         return path
 
     def comparison(self) -> dict[str, Any] | None:
-        results = [
-            self.results[layout.name] for layout in self.layouts if layout.name in self.results
-        ]
+        """The report model over the layouts run so far; after an interrupt, the layouts
+        never reached are listed as not run and the report is marked incomplete."""
+        results = []
+        for layout in self.layouts:
+            result = self.results.get(layout.name)
+            if result is None and self.interrupted and self.results:
+                result = LayoutResult(
+                    layout.name, layout.label, error="not run: the session was interrupted first"
+                )
+            if result is not None:
+                results.append(result)
         if not results:
             return None
         return build_comparison(
-            results, run_id=self.run_dir.name, backend=self.backend, time_scale=self.time_scale
+            results,
+            run_id=self.run_dir.name,
+            backend=self.backend,
+            time_scale=self.time_scale,
+            interrupted=self.interrupted,
         )
 
     def write_comparison(self) -> dict[str, Any] | None:

@@ -40,8 +40,10 @@ class Deployment:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
         self.timeout_s, self.progress = timeout_s, progress
         self.handles: dict[str, Handle] = {}
+        self.launching: ProcessSpec | None = None  # between "start it" and "got its handle"
         self.poll_s = getattr(executor, "poll_s", POLL_S)
         self.leftovers: list[str] = []
+        self.log_marks: dict[str, int] = {}  # log file name -> its size when teardown began
         self.started_at = 0.0
         self.ready_s = 0.0
 
@@ -84,8 +86,10 @@ class Deployment:
                 )
 
     def _launch(self, spec: ProcessSpec) -> None:
+        self.launching = spec
         handle = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
         self.handles[spec.name] = handle
+        self.launching = None
         self.progress(f"{spec.name} started on {spec.node.name} (pgid {handle.pgid})")
 
     def check_processes(self) -> None:
@@ -148,14 +152,16 @@ class Deployment:
     # -- teardown --------------------------------------------------------------------------
     def stop(self, grace_s: float = 10.0) -> list[str]:
         """Stop the router, then every server; fetch logs; return what is still alive."""
+        unverifiable = self._adopt_interrupted_launch()
         order = [h for h in self.handles.values() if h.spec.role == "router"]
         order += [h for h in self.handles.values() if h.spec.role != "router"]
+        self._mark_logs(order)
         for handle in order:
             try:
                 self.executor.stop(handle, grace_s)
             finally:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
-        self.leftovers = []
+        self.leftovers = unverifiable
         for h in order:
             try:
                 alive = self.executor.alive(h)
@@ -166,6 +172,32 @@ class Deployment:
                 self.leftovers.append(f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})")
         self.executor.close()
         return self.leftovers
+
+    def _mark_logs(self, handles: list[Handle]) -> None:
+        """Remember how long each log was before we stopped anything: stopping rank 0 makes
+        the other ranks log NCCL errors, which are ours, not the run's (log checks stop here)."""
+        for handle in handles:
+            try:
+                size = self.executor.log_size(handle)
+            except Exception:  # an unreachable node: its whole log is checked
+                size = None
+            if size is not None:
+                self.log_marks[f"{handle.spec.name}.log"] = size
+
+    def _adopt_interrupted_launch(self) -> list[str]:
+        """Ctrl-C can land after a process started but before its handle came back (on SSH
+        that window is a round trip): find it from what the executor left on the node.
+        Returns the process named as unverifiable if its node cannot be asked."""
+        spec, self.launching = self.launching, None
+        if spec is None or spec.name in self.handles:
+            return []
+        try:
+            handle = self.executor.adopt(spec, self.log_dir / f"{spec.name}.log")
+        except Exception as exc:
+            return [f"{spec.name} on {spec.node.name}: unverifiable ({exc})"]
+        if handle is not None:
+            self.handles[spec.name] = handle
+        return []
 
     def __enter__(self) -> Deployment:
         try:

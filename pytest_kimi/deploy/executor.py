@@ -37,10 +37,12 @@ class Executor(Protocol):
     """What a deployment needs from a way of running processes."""
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle: ...
+    def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None: ...
     def exit_code(self, handle: Handle) -> int | None: ...
     def stop(self, handle: Handle, grace_s: float) -> None: ...
     def alive(self, handle: Handle) -> bool: ...
     def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
+    def log_size(self, handle: Handle) -> int | None: ...
     def fetch_log(self, handle: Handle, dest: Path) -> None: ...
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
     def port_in_use(self, node: Node, port: int) -> bool: ...
@@ -59,6 +61,9 @@ class LocalExecutor:
     """Runs each process on this machine, in its own session, output to its log file."""
 
     poll_s = 0.1
+
+    def __init__(self) -> None:
+        self._started: dict[str, subprocess.Popen] = {}
 
     def port_in_use(self, node: Node, port: int) -> bool:
         """Whether something already listens on ``node.host:port`` (a bind test)."""
@@ -97,7 +102,13 @@ class LocalExecutor:
                 env=env,
                 start_new_session=True,
             )
+        self._started[spec.name] = popen
         return Handle(spec, popen.pid, log_path, popen)
+
+    def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None:
+        """The handle of a process whose ``start`` was interrupted after it began."""
+        popen = self._started.get(spec.name)
+        return None if popen is None else Handle(spec, popen.pid, log_path, popen)
 
     def exit_code(self, handle: Handle) -> int | None:
         assert handle.popen is not None
@@ -123,6 +134,12 @@ class LocalExecutor:
 
     def log_tail(self, handle: Handle, lines: int = 50) -> str:
         return tail_file(handle.log_path, lines)
+
+    def log_size(self, handle: Handle) -> int | None:
+        try:
+            return handle.log_path.stat().st_size
+        except OSError:
+            return None
 
     def fetch_log(self, handle: Handle, dest: Path) -> None:
         if dest.resolve() != handle.log_path.resolve() and handle.log_path.exists():

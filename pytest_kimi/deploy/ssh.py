@@ -150,6 +150,9 @@ class SSHExecutor:
         base = f"{self.remote_dir}/{spec.name}"
         return base + ".log", base + ".exit"
 
+    def _pid_file(self, spec: ProcessSpec) -> str:
+        return f"{self.remote_dir}/{spec.name}.pid"
+
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         log, exit_file = self._paths(spec)
         code, out = self.run(spec.node, f"mkdir -p {shlex.quote(self.remote_dir)}")
@@ -160,12 +163,26 @@ class SSHExecutor:
             f"{env + ' ' if env else ''}{shlex.join(spec.argv)} "
             f">{shlex.quote(log)} 2>&1 </dev/null; echo $? >{shlex.quote(exit_file)}"
         )
-        command = f"setsid nohup sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null & echo $!"
+        # the node records the group id itself: if we are interrupted before reading it,
+        # teardown still finds the process (adopt)
+        pid_file = shlex.quote(self._pid_file(spec))
+        command = (
+            f"setsid nohup sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null & "
+            f"echo $! >{pid_file}; cat {pid_file}"
+        )
         code, out = self.run(spec.node, command)
         pid = out.strip().splitlines()[-1] if out.strip() else ""
         if code != 0 or not pid.isdigit():
             raise NodeError(f"node {spec.node.name}: could not start {spec.name}: {out.strip()}")
         return Handle(spec, int(pid), Path(log))
+
+    def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None:
+        """The handle of a process whose ``start`` was interrupted: from its pid file."""
+        log, _ = self._paths(spec)
+        q = shlex.quote(self._pid_file(spec))
+        _, out = self.run(spec.node, f"cat {q} 2>/dev/null || true")
+        pid = out.strip()
+        return Handle(spec, int(pid), Path(log)) if pid.isdigit() else None
 
     def exit_code(self, handle: Handle) -> int | None:
         _, exit_file = self._paths(handle.spec)
@@ -213,6 +230,14 @@ class SSHExecutor:
         except NodeError as exc:
             return f"(log unavailable: {exc})"
         return out
+
+    def log_size(self, handle: Handle) -> int | None:
+        log, _ = self._paths(handle.spec)
+        try:
+            _, out = self.run(handle.spec.node, f"stat -c %s {shlex.quote(log)} 2>/dev/null")
+        except NodeError:
+            return None
+        return int(out.strip()) if out.strip().isdigit() else None
 
     def fetch_log(self, handle: Handle, dest: Path) -> None:
         log, _ = self._paths(handle.spec)

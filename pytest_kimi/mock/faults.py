@@ -13,6 +13,8 @@ prove that every failure is explained and nothing is lost.
 | ``malformed_after_tokens`` | K | after K tokens a stream carries a line that is not JSON |
 | ``error_rate`` | 0..1 | that share of generation requests get HTTP 500 (seeded) |
 | ``health`` | ok / fail / slow:S | ``/health`` answers 503, or only after S wall seconds |
+| ``health`` | busy_slow:S | only after S wall seconds while requests run (SGLang's own |
+| | | ``/health`` waits for a scheduler output, slow behind long prefills) |
 | ``log`` | oom / nccl / traceback / engine_dead | print that error to the log now |
 """
 
@@ -75,9 +77,11 @@ class Faults:
     def should_fail_request(self) -> bool:
         return self.error_rate > 0 and self.rng.random() < self.error_rate
 
-    def health_delay(self) -> float:
-        if self.health.startswith("slow:"):
-            return float(self.health.split(":", 1)[1])
+    def health_delay(self, busy: bool) -> float:
+        """Wall seconds ``/health`` waits before answering, given whether requests run."""
+        kind, _, seconds = self.health.partition(":")
+        if kind == "slow" or (kind == "busy_slow" and busy):
+            return float(seconds)
         return 0.0
 
 
@@ -99,8 +103,9 @@ def _convert(name: str, value: Any) -> Any:
             return int(value)
         if name == "health":
             text = str(value)
+            kind, sep, seconds = text.partition(":")
             if text not in ("ok", "fail") and not (
-                text.startswith("slow:") and float(text[5:]) >= 0
+                kind in ("slow", "busy_slow") and sep and float(seconds) >= 0
             ):
                 raise ValueError
             return text

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from pytest_kimi.mock.args import MockArgs, parse_args
 from pytest_kimi.mock.engine import Engine
@@ -145,6 +146,17 @@ async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
     return code
 
 
+def _uvicorn_style_bad_request(record: logging.LogRecord) -> bool:
+    """The router probes each worker's port for gRPC with an HTTP/2 preface. SGLang's uvicorn
+    logs one warning line for it; aiohttp would log a traceback, which log checks would
+    rightly flag. Log what SGLang logs."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, BadHttpMessage):
+        record.msg, record.args, record.exc_info = "Invalid HTTP request received.", (), None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
@@ -154,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stdout,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(_uvicorn_style_bad_request)
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))
     return 130

@@ -71,7 +71,7 @@ async def _health(request: web.Request) -> web.Response:
     faults = request.app[FAULTS_KEY]
     if faults.health == "fail":
         return web.Response(status=503, text="unhealthy (mock fault)\n")
-    delay = faults.health_delay()
+    delay = faults.health_delay(busy=request.app[ENGINE_KEY].running > 0)
     if delay:
         await asyncio.sleep(delay)
     return web.Response(status=200)

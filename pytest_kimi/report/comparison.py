@@ -67,9 +67,18 @@ def relative_delta(value: float | None, reference: float | None) -> float | None
 
 
 def build_comparison(
-    results: Sequence[LayoutResult], *, run_id: str, backend: str, time_scale: float
+    results: Sequence[LayoutResult],
+    *,
+    run_id: str,
+    backend: str,
+    time_scale: float,
+    interrupted: str = "",
 ) -> dict[str, Any]:
-    """The report model: rows of values per layout and deltas against the first layout."""
+    """The report model: rows of values per layout and deltas against the first layout.
+
+    ``interrupted`` says why the session stopped early (Ctrl-C, SIGTERM); with it, or with
+    any layout that has no complete measurement, the model is marked incomplete and says why.
+    """
     if not results:
         raise ValueError("no layout results to compare")
     ref = results[0]
@@ -110,14 +119,29 @@ def build_comparison(
                 ],
             }
         )
+    reasons = incomplete_reasons(results, interrupted)
     return {
         "run_id": run_id,
         "backend": backend,
         "time_scale": time_scale,
+        "complete": not reasons,
+        "incomplete": reasons,
         "reference": ref.name,
         "layouts": layouts,
         "rows": rows,
     }
+
+
+def incomplete_reasons(results: Sequence[LayoutResult], interrupted: str = "") -> list[str]:
+    """Why a report is not the full answer: the session was interrupted, or a layout was
+    not measured (its error's first line), or was measured only in part."""
+    reasons = [f"session interrupted: {interrupted}"] if interrupted else []
+    for r in results:
+        if r.error:
+            reasons.append(f"{r.name}: {r.error.splitlines()[0]}")
+        elif r.summary is None:
+            reasons.append(f"{r.name}: not measured")
+    return reasons
 
 
 def _intervals(
@@ -186,6 +210,7 @@ def render_markdown(model: dict[str, Any]) -> str:
     lines = [
         f"# Layout comparison: {model['run_id']}",
         "",
+        *_incomplete_banner(model),
         f"Backend: {backend_label(model)}. Reference layout: `{model['reference']}`; "
         "deltas are relative to it.",
         "",
@@ -221,11 +246,22 @@ def render_markdown(model: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _incomplete_banner(model: dict[str, Any]) -> list[str]:
+    if model.get("complete", True):
+        return []
+    lines = ["**INCOMPLETE RUN**: these figures are not the full answer.", ""]
+    lines += [f"- {reason}" for reason in model.get("incomplete", [])]
+    return [*lines, ""]
+
+
 def render_text(model: dict[str, Any]) -> str:
     """Aligned plain text for pytest's terminal summary."""
     header, body = table_rows(model)
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    out = [f"{backend_label(model)}; reference {model['reference']}"]
+    out = []
+    if not model.get("complete", True):
+        out.append("INCOMPLETE RUN: " + "; ".join(model.get("incomplete", [])))
+    out.append(f"{backend_label(model)}; reference {model['reference']}")
     for row in [header, *body]:
         first = row[0].ljust(widths[0])
         rest = [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]

@@ -50,11 +50,17 @@ def scan_text(name: str, text: str, router: bool = False) -> list[Finding]:
     return findings
 
 
-def scan_logs(log_dir: Path) -> list[Finding]:
-    """Every ``*.log`` in ``log_dir``; the router's is the one named ``router.log``."""
+def scan_logs(log_dir: Path, until: Mapping[str, int] | None = None) -> list[Finding]:
+    """Every ``*.log`` in ``log_dir``; the router's is the one named ``router.log``.
+
+    ``until`` maps a log's file name to the byte offset where teardown began: what follows
+    is the harness stopping the processes (ranks losing rank 0), so it is not checked."""
     findings: list[Finding] = []
     for path in sorted(log_dir.glob("*.log")):
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
+        if until and path.name in until:
+            data = data[: until[path.name]]
+        text = data.decode("utf-8", errors="replace")
         findings += scan_text(path.name, text, router=path.name == "router.log")
     return findings
 

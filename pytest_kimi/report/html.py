@@ -35,9 +35,13 @@ table { border-collapse: collapse; font-size: 14px; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 .pass { color: #176f2c; } .fail { color: #b00020; font-weight: bold; }
+.incomplete { border: 2px solid #b00020; padding: 0 1em; margin: 1em 0; background: #fff4f4; }
 figure { margin: 1.5em 0; } figcaption { font-size: 13px; color: #555; }
 </style></head><body>
 <h1>Layout comparison: {{ model.run_id }}</h1>
+{% if not model.get("complete", True) %}<div class="incomplete"><b>INCOMPLETE RUN</b>: these
+figures are not the full answer.<ul>{% for reason in model.incomplete %}<li>{{ reason }}</li>
+{% endfor %}</ul></div>{% endif %}
 <p>Backend: {{ backend }}. Reference layout: <code>{{ model.reference }}</code>; deltas are
 relative to it. Latency deltas carry a 95% bootstrap interval; <code>*</code> marks one that
 excludes zero.</p>

@@ -8,13 +8,14 @@ temporary name and renamed, so a crash never leaves a half-written file behind.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from pytest_kimi.files import atomic_write_text
 
 
 def new_run_id(cluster: str, replicas: int, now: datetime | None = None) -> str:
@@ -38,10 +39,7 @@ def make_run_dir(base: Path, run_id: str) -> Path:
 
 def write_text(path: Path, text: str) -> None:
     """Write atomically: a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -25,7 +25,7 @@ import gc
 import json
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,15 +246,35 @@ async def run_requests(
     options: ClientOptions,
     *,
     warmup: Sequence[RequestSpec] = (),
+    on_start: Callable[[RequestRecord], None] = lambda record: None,
     on_done: Callable[[RequestRecord], None] = lambda record: None,
 ) -> list[RequestRecord]:
-    """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency."""
+    """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency.
+
+    ``on_start`` sees each record as its request is sent, ``on_done`` once it is filled in:
+    a caller that is interrupted still holds every record, finished or in flight.
+    """
     url = base_url.rstrip("/") + API_PATHS[options.api]
     records: list[RequestRecord] = []
+    hooks = (on_start, on_done)
     with _no_gc_pauses():
         async with _client(options.pooled, options.timeout_s) as http:
-            await _send_all(http, url, requests, options, warmup, on_done, records)
+            await _send_all(http, url, requests, options, warmup, hooks, records)
     return records
+
+
+def close_unfinished(records: Iterable[RequestRecord], reason: str) -> int:
+    """Mark records whose request never completed (run interrupted) as failed with ``reason``;
+    what had arrived (chunks, first token) is kept. Returns how many were marked."""
+    now = time.perf_counter()  # the clock send_one stamps with
+    marked = 0
+    for record in records:
+        if record.end_time is None:
+            record.end_time = now
+            record.success = False
+            record.error = reason
+            marked += 1
+    return marked
 
 
 @contextlib.contextmanager
@@ -279,14 +299,17 @@ async def _send_all(
     requests: Sequence[RequestSpec],
     options: ClientOptions,
     warmup: Sequence[RequestSpec],
-    on_done: Callable[[RequestRecord], None],
+    hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
     records: list[RequestRecord],
 ) -> None:
     """Warmup one by one (kept, marked), then the measured requests at fixed concurrency."""
+    on_start, on_done = hooks
     for i, spec in enumerate(warmup):
         record = _new_record(-1 - i, spec, options, warmup=True)
         body = payload(options.api, spec.text, options.output_len, options.model)
+        on_start(record)
         records.append(await send_one(http, url, body, record, options.api, options.timeout_s))
+        on_done(record)
     semaphore = asyncio.Semaphore(options.concurrency)
     gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
 
@@ -294,6 +317,7 @@ async def _send_all(
         async with semaphore:
             record = _new_record(index, spec, options)
             body = payload(options.api, spec.text, options.output_len, options.model)
+            on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s)
             on_done(record)
             return record

@@ -12,6 +12,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO
+
+from pytest_kimi.files import atomic_write
 
 
 @dataclass
@@ -70,11 +73,31 @@ class RequestRecord:
 
 def write_records(path: Path, records: Iterable[RequestRecord]) -> None:
     """Write records as JSON lines, atomically (write then rename)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         for record in records:
             fh.write(record.to_json() + "\n")
-    tmp.replace(path)
+
+
+class RecordJournal:
+    """Append each finished record at once, flushed: if the harness itself is killed
+    (SIGKILL, OOM killer, a CI job's hard timeout) the records measured so far survive in
+    ``path``; a clean or interrupted run replaces it with the complete ``records.jsonl``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: TextIO | None = path.open("a", encoding="utf-8")
+
+    def add(self, record: RequestRecord) -> None:
+        if self._fh is not None:
+            self._fh.write(record.to_json() + "\n")
+            self._fh.flush()
+
+    def discard(self) -> None:
+        """The full records file is written: the journal is no longer needed."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        self.path.unlink(missing_ok=True)
 
 
 def read_records(path: Path) -> list[RequestRecord]:

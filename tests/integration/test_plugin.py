@@ -10,36 +10,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-SMALL_CLUSTER = """\
-name: small
-nodes:
-  - {name: n1, host: 127.0.0.1, gpus: 4}
-  - {name: n2, host: 127.0.0.1, gpus: 4}
-  - {name: n3, host: 127.0.0.1, gpus: 4}
-  - {name: n4, host: 127.0.0.1, gpus: 4}
-deployment: {replicas: 2, nodes_per_replica: 2}
-layouts:
-  wide: {tp: 8, pp: 1, ep: 2}
-  deep: {tp: 2, pp: 4, ep: 2}
-server:
-  python: current
-  module: pytest_kimi.mock.launch_server
-  model_path: builtin:mock-tokenizer
-  args: {chunked-prefill-size: 8192, disable-radix-cache: true}
-router:
-  python: current
-  env: {HF_ENDPOINT: "http://127.0.0.1:9"}
-workload:
-  dataset: builtin:speedbench16k
-  num_requests: 6
-  input_len: 16384
-  output_len: 8
-  concurrency: 2
-  warmup_requests: 1
-slo: {ttft_p95: 60s, tpot_p95: 1s, tpot_mean: 1s}
-startup_timeout_s: 60
-mock: {time_scale: 400, seed: 3}
-"""
+SMALL_CLUSTER = (Path(__file__).parent / "small_cluster.yaml").read_text()
 
 PERF_TEST = (Path(__file__).parents[2] / "tests" / "perf" / "test_speedbench.py").read_text()
 
@@ -93,6 +64,7 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
     comparison = json.loads((run / "comparison.json").read_text())
     assert [lay["name"] for lay in comparison["layouts"]] == ["wide", "deep"]
     assert comparison["backend"] == "mock" and comparison["time_scale"] == 400
+    assert comparison["complete"] is True and comparison["incomplete"] == []
     assert (
         "| metric | wide (TP8/PP1/EP2) | deep (TP2/PP4/EP2) | deep vs wide |"
         in (run / "comparison.md").read_text()
@@ -103,6 +75,9 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         assert len(lines) == 7  # 6 measured + 1 warmup, one line each
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["completed"] == 6 and summary["complete"] is True
+        # a clean run raises no false alarm: not the router's gRPC probe, not our teardown
+        assert summary["notes"][0].startswith("log check: no OOM"), summary["notes"]
+        assert not (folder / "records.partial.jsonl").exists()
         manifest = json.loads((folder / "manifest.json").read_text())
         commands = [p["command"] for p in manifest["processes"]]
         assert len(commands) == 5 and "--policy round_robin" in commands[-1]
@@ -203,47 +178,6 @@ def test_ini_keys_set_defaults(project: pytest.Pytester):
     assert result.ret == 0
     result.stdout.fnmatch_lines(["# layout deep (TP2/PP4/EP2) on small"])
     result.stdout.no_fnmatch_line("# layout wide*")
-
-
-def test_sigterm_during_run_tears_everything_down(project: pytest.Pytester, leftovers):
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    slow = SMALL_CLUSTER.replace("time_scale: 400", "time_scale: 2")
-    project.makefile(".yaml", slow=slow)
-    log = project.path / "run.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "--cluster=slow.yaml",
-                "--layout=deep",
-                "--kimi-report-dir=out",
-                "-p",
-                "no:cacheprovider",
-                "-s",
-            ],
-            cwd=project.path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while b"router ready" not in log.read_bytes():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    text = log.read_text()
-    assert "torn down" in text
-    assert leftovers(project.path) == []
-    [run] = list((project.path / "out").iterdir())
-    summary = json.loads((run / "deep" / "summary.json").read_text())
-    assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
-    assert (run / "deep" / "logs" / "router.log").exists()
 
 
 def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester):

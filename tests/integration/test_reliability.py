@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pytest_kimi.config import load_cluster
+from pytest_kimi.deploy.deployment import Deployment
+from pytest_kimi.deploy.executor import LocalExecutor, group_alive
+from pytest_kimi.deploy.plan import plan_deployment
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).parents[2]
-SMALL = (ROOT / "tests" / "integration" / "test_plugin.py").read_text()
-CLUSTER = SMALL.split('SMALL_CLUSTER = """\\\n', 1)[1].split('"""', 1)[0]
+CLUSTER = (Path(__file__).parent / "small_cluster.yaml").read_text()
 PERF_TEST = (ROOT / "tests" / "perf" / "test_speedbench.py").read_text()
 
 
@@ -83,3 +92,179 @@ def test_duplicate_fixed_ports_are_a_usage_error(project: pytest.Pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*cluster.yaml:*field 'server.dist_init_port': port 31000 "
                                  "is also server.port*"])  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- bring-up
+
+
+def test_a_replica_never_healthy_names_replica_and_node_and_shows_its_log(
+    project: pytest.Pytester, leftovers
+):
+    sick = CLUSTER.replace(
+        "  - {name: n3, host: 127.0.0.1, gpus: 4}",
+        "  - {name: n3, host: 127.0.0.1, gpus: 4, env: {KIMI_MOCK_FAULT: health=fail}}",
+    ).replace("startup_timeout_s: 60", "startup_timeout_s: 6")
+    project.makefile(".yaml", cluster=sick)
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-report-dir=out", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*replica 1 (node n3) not healthy at http://127.0.0.1:*/health "
+                                 "after 6s (HTTP 503); last lines of its log:*"])  # fmt: skip
+    result.stdout.fnmatch_lines(["*Rendezvous listening on 127.0.0.1:*"])  # n3's log tail
+    assert leftovers(project.path) == []
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert summary["complete"] is False and "replica 1 (node n3)" in summary["error"]
+    assert len(list((run / "wide" / "logs").glob("*.log"))) == 4  # every node's log kept
+    assert "**INCOMPLETE RUN**" in (run / "comparison.md").read_text()
+
+
+class _InterruptedStart(LocalExecutor):
+    """Ctrl-C lands after the ``at``-th process started but before its handle came back."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.count = at, 0
+
+    def start(self, spec, log_path):
+        handle = super().start(spec, log_path)
+        self.count += 1
+        if self.count == self.at:
+            raise KeyboardInterrupt("Ctrl-C between start and handle")
+        return handle
+
+
+def test_ctrl_c_between_starting_a_process_and_knowing_it_leaves_nothing(tmp_path: Path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER)
+    cluster = load_cluster(path)
+    plan = plan_deployment(cluster, cluster.layout("wide"))
+    sleeper = (sys.executable, "-c", "import time; time.sleep(120)")
+    plan = dataclasses.replace(plan, servers=tuple(
+        dataclasses.replace(s, argv=sleeper) for s in plan.servers))  # fmt: skip
+    executor = _InterruptedStart(at=3)
+    deployment = Deployment(plan, executor, tmp_path / "logs", timeout_s=30)
+    with pytest.raises(KeyboardInterrupt), deployment:
+        pass
+    groups = [popen.pid for popen in executor._started.values()]
+    assert len(groups) == 3
+    assert [g for g in groups if group_alive(g)] == []  # the third, too
+    assert deployment.leftovers == []
+
+
+# ----------------------------------------------------------------------------- interrupts
+
+
+def _signal_when(project: pytest.Pytester, cluster: str, ready, sig: signal.Signals):
+    """Run the perf tests in a subprocess; send ``sig`` once ``ready(log_text, out_dir)``."""
+    project.makefile(".yaml", cluster=cluster)
+    log = project.path / "run.log"
+    argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide,deep",
+            "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=project.path, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 90
+            while not ready(log.read_text(errors="replace"), project.path / "out"):
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.02)
+            proc.send_signal(sig)
+            code = proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, log.read_text(errors="replace")
+
+
+def _measured_records(out: Path) -> int:
+    partial = list(out.glob("*/wide/records.partial.jsonl"))
+    if not partial:
+        return 0
+    lines = partial[0].read_text().splitlines()
+    return sum(1 for x in lines if x.endswith("}") and json.loads(x)["index"] >= 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_during_bring_up_stops_everything_and_keeps_an_incomplete_report(
+    project: pytest.Pytester, leftovers, sig: signal.Signals
+):
+    # replica 1 never turns healthy: bring-up is certainly still waiting when the signal lands
+    stuck = CLUSTER.replace(
+        "  - {name: n3, host: 127.0.0.1, gpus: 4}",
+        "  - {name: n3, host: 127.0.0.1, gpus: 4, env: {KIMI_MOCK_FAULT: health=fail}}",
+    )
+    code, text = _signal_when(project, stuck, lambda log, out: "replica 0 healthy" in log, sig)
+    assert code == pytest.ExitCode.INTERRUPTED, text
+    assert "torn down" in text and "router ready" not in text
+    assert leftovers(project.path) == []
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
+    assert len(list((run / "wide" / "logs").glob("*.log"))) >= 4  # the nodes' logs are kept
+    report = (run / "comparison.md").read_text()
+    assert "**INCOMPLETE RUN**" in report and "session interrupted" in report
+    assert "deep: not run: the session was interrupted first" in report
+    assert not (run / "deep").exists()  # the second layout never started
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_during_the_run_keeps_partial_records_logs_and_an_incomplete_report(
+    project: pytest.Pytester, leftovers, sig: signal.Signals
+):
+    slow = CLUSTER.replace("time_scale: 400", "time_scale: 8").replace(
+        "num_requests: 6", "num_requests: 12")  # fmt: skip
+    code, text = _signal_when(project, slow, lambda log, out: _measured_records(out) >= 1, sig)
+    assert code == pytest.ExitCode.INTERRUPTED, text
+    assert leftovers(project.path) == []
+    [run] = list((project.path / "out").iterdir())
+    folder = run / "wide"
+    records = [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if not r["warmup"]]
+    done = [r for r in measured if r["success"]]
+    cut = [r for r in measured if r["error"].startswith("interrupted before completion")]
+    assert done and cut  # what finished, and what was in flight, both kept
+    assert len(done) + len(cut) == len(measured) < 12
+    assert not (folder / "records.partial.jsonl").exists()  # replaced by the full file
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["complete"] is False
+    assert summary["error"].startswith(f"run interrupted after {len(done)} of 12 requests")
+    assert (folder / "logs" / "router.log").exists()
+    report = (run / "comparison.md").read_text()
+    assert "**INCOMPLETE RUN**" in report and "wide: run interrupted after" in report
+    assert "INCOMPLETE RUN" in (run / "report.html").read_text()
+
+
+# ----------------------------------------------------------------------------- data quality
+
+
+def test_router_health_checks_timing_out_under_load_are_a_note_not_a_failure(
+    project: pytest.Pytester, leftovers
+):
+    # replica 0's /health answers only after 3 s while it is busy (as SGLang's does behind
+    # long prefills); the router checks every second with a 1 s timeout
+    busy = (
+        CLUSTER.replace(
+            "  - {name: n1, host: 127.0.0.1, gpus: 4}",
+            "  - {name: n1, host: 127.0.0.1, gpus: 4,\n"
+            "     env: {KIMI_MOCK_FAULT: 'health=busy_slow:3'}}",
+        )
+        .replace(
+            '  env: {HF_ENDPOINT: "http://127.0.0.1:9"}',
+            '  env: {HF_ENDPOINT: "http://127.0.0.1:9"}\n'
+            "  args: {health-check-interval-secs: 1, health-check-timeout-secs: 1}",
+        )
+        .replace("time_scale: 400", "time_scale: 10")
+    )
+    project.makefile(".yaml", cluster=busy)
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-report-dir=out", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=5)  # every request and SLO test passes: not a failure
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert summary["complete"] is True
+    health = [n for n in summary["notes"] if "router health-check failure" in n]
+    assert health and "router.log" in health[0], summary["notes"]
+    assert leftovers(project.path) == []

@@ -278,13 +278,48 @@ def test_markdown_without_notes(results: list[LayoutResult]) -> None:
     assert "## Notes" not in render_markdown(model)
 
 
+# ----------------------------------------------------------------------------- incomplete
+
+
+def test_all_layouts_measured_is_complete_and_has_no_banner(results: list[LayoutResult]) -> None:
+    model = build_comparison(results[:2], run_id="r", backend="mock", time_scale=40.0)
+    assert model["complete"] is True and model["incomplete"] == []
+    assert "INCOMPLETE" not in render_markdown(model)
+    assert "INCOMPLETE" not in render_text(model)
+
+
+def test_a_layout_not_measured_marks_the_report_incomplete(model: dict) -> None:
+    assert model["complete"] is False
+    assert model["incomplete"] == ["broken: bring-up failed: node603 did not answer /health"]
+    md = render_markdown(model)
+    banner = md.split("| metric")[0]  # above the table, where nobody misses it
+    assert "**INCOMPLETE RUN**" in banner
+    assert "- broken: bring-up failed: node603 did not answer /health" in banner
+
+
+def test_an_interrupted_session_is_incomplete_even_with_every_summary(
+    results: list[LayoutResult],
+) -> None:
+    model = build_comparison(results[:2], run_id="r", backend="mock", time_scale=40.0,
+                             interrupted="stopped by Ctrl-C")  # fmt: skip
+    assert model["complete"] is False
+    assert model["incomplete"] == ["session interrupted: stopped by Ctrl-C"]
+
+
+def test_a_layout_without_summary_or_error_is_not_measured(results: list[LayoutResult]) -> None:
+    results[1].summary = None
+    model = build_comparison(results[:2], run_id="r", backend="mock", time_scale=40.0)
+    assert model["incomplete"] == ["pp8: not measured"]
+
+
 # ----------------------------------------------------------------------------- text
 
 
 def test_render_text_aligned(model: dict) -> None:
     lines = render_text(model).splitlines()
-    assert lines[0] == "mock backend, time scale 1:40 (figures in cluster time); reference tp32"
-    table = lines[1:]
+    assert lines[0] == "INCOMPLETE RUN: broken: bring-up failed: node603 did not answer /health"
+    assert lines[1] == "mock backend, time scale 1:40 (figures in cluster time); reference tp32"
+    table = lines[2:]
     assert len(table) == 1 + len(ROWS)
     assert table[0].startswith("metric ")
     # Left-justified first column, right-justified others: all lines equally long, and every

@@ -69,3 +69,16 @@ def test_secret_looking_env_values_are_redacted():
     assert redact_env(env) == {
         "NCCL_DEBUG": "WARN", "HF_TOKEN": REDACTED, "API_KEY": REDACTED, "DB_PASSWORD": REDACTED,
     }  # fmt: skip
+
+
+def test_log_check_stops_where_teardown_began(tmp_path: Path):
+    run = "[2026-12-03 10:35:54] [TP0 PP0 node1] Dummy health server on http://127.0.0.1:1\n"
+    ours = "[2026-12-03 10:36:02] [TP0 PP0 node1] NCCL error: lost rank 0; exiting\n"
+    (tmp_path / "replica0-node1.log").write_text(run + ours)
+    assert [f.kind for f in scan_logs(tmp_path)] == ["NCCL error"]  # the whole log: flagged
+    mark = {"replica0-node1.log": len(run.encode())}
+    assert scan_logs(tmp_path, mark) == []  # stopping rank 0 is not the run's fault
+    (tmp_path / "replica0-node1.log").write_text(ours + run + ours)  # during the run: kept
+    assert [f.kind for f in scan_logs(tmp_path, {"replica0-node1.log": len(ours + run)})] == [
+        "NCCL error"
+    ]

@@ -57,6 +57,20 @@ def test_report_html_is_self_contained_with_every_plot():
     assert parser.svgs >= len(PLOT_IDS)
     assert parser.external == []  # nothing to fetch: one file says it all
     assert "time scale 1:40" in page and "TTFT p95" in page and "pp8 vs tp32" in page
+    assert "INCOMPLETE" not in page
+
+
+def test_report_html_of_an_interrupted_run_says_so_above_the_table():
+    records = _records(0.0)
+    results = [LayoutResult("tp32", "TP32", None, error="run interrupted after 5 of 12 "
+                            "requests finished: KeyboardInterrupt", records=records)]  # fmt: skip
+    model = build_comparison(results, run_id="r", backend="mock", time_scale=40.0,
+                             interrupted="stopped by Ctrl-C or SIGTERM")  # fmt: skip
+    page = render_html(model, {"tp32": records})
+    banner = page.split("<table")[0]
+    assert "INCOMPLETE RUN" in banner
+    assert "session interrupted: stopped by Ctrl-C or SIGTERM" in banner
+    assert "tp32: run interrupted after 5 of 12 requests finished" in banner
 
 
 def test_report_html_without_records_still_renders_table_and_cdfs():

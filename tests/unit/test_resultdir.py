@@ -17,7 +17,14 @@ from pytest_kimi.report.resultdir import (
     write_json,
     write_text,
 )
-from pytest_kimi.workload.records import Chunk, RequestRecord, read_records, write_records
+from pytest_kimi.workload.client import close_unfinished
+from pytest_kimi.workload.records import (
+    Chunk,
+    RecordJournal,
+    RequestRecord,
+    read_records,
+    write_records,
+)
 
 
 def listing(path: Path) -> list[str]:
@@ -221,6 +228,84 @@ def test_read_records_skips_blank_lines(tmp_path: Path) -> None:
     rec = sample_records()[0]
     path.write_text("\n" + rec.to_json() + "\n\n  \n", encoding="utf-8")
     assert read_records(path) == [rec]
+
+
+def test_records_writer_failing_mid_way_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    write_records(path, sample_records())
+    before = path.read_bytes()
+
+    def broken():
+        yield from sample_records()[:2]
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_records(path, broken())
+    assert path.read_bytes() == before
+    assert listing(tmp_path) == ["records.jsonl"]  # the temporary is removed
+
+
+KILLED_WRITER = """
+import sys, time
+from pathlib import Path
+from pytest_kimi.workload.records import RequestRecord, write_records
+
+def records():
+    for i in range(3):
+        yield RequestRecord(i, f"new{i}", 8, 4)
+    Path(sys.argv[2]).write_text("half-way")  # the parent kills us now
+    time.sleep(60)
+    yield RequestRecord(9, "never", 8, 4)
+
+write_records(Path(sys.argv[1]), records())
+"""
+
+
+def test_a_writer_killed_half_way_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "summary-records.jsonl"
+    write_records(path, sample_records())
+    before = path.read_bytes()
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path), str(marker)])
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert path.read_bytes() == before  # old content, whole: never a mix
+    assert read_records(path) == sample_records()
+
+
+def test_journal_keeps_each_finished_record_at_once_and_is_discarded(tmp_path: Path) -> None:
+    path = tmp_path / "records.partial.jsonl"
+    journal = RecordJournal(path)
+    first, second, _ = sample_records()
+    journal.add(first)
+    assert read_records(path) == [first]  # on disk before the run ends: flushed per record
+    journal.add(second)
+    assert read_records(path) == [first, second]
+    journal.discard()
+    assert not path.exists()
+    journal.add(first)  # after discard: a no-op, not a crash
+    assert not path.exists()
+
+
+def test_close_unfinished_marks_only_requests_in_flight(tmp_path: Path) -> None:
+    done, failed, _ = sample_records()
+    flying = RequestRecord(7, "p7", 16384, 512, send_time=1.0, first_token_time=2.0,
+                           chunks=[Chunk(2.0, 1), Chunk(2.1, 1)])  # fmt: skip
+    assert close_unfinished([done, failed, flying], "interrupted before completion (X)") == 1
+    assert flying.success is False and flying.error == "interrupted before completion (X)"
+    assert flying.end_time is not None and len(flying.chunks) == 2  # what arrived is kept
+    assert done.success and failed.error == sample_records()[1].error  # untouched
 
 
 # ----------------------------------------------------------------------------- environment
