@@ -8,7 +8,11 @@ server under the command line real SGLang would get. Nothing may be left on any 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,13 +83,13 @@ def _cluster_yaml(ssh_hosts, path: Path, *, node_env: dict[str, dict[str, str]] 
     return path
 
 
-def _run_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, *args: str):
+def _run_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, *args: str, env=None):
     argv = [
         sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
         f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
         f"--rootdir={ROOT}", "-q", *args,
     ]  # fmt: skip
-    return ssh_hosts.run_in_hub(argv, timeout=600, cwd=ROOT)
+    return ssh_hosts.run_in_hub(argv, timeout=600, cwd=ROOT, env=env)
 
 
 def _assert_no_processes(ssh_hosts) -> None:
@@ -95,7 +99,11 @@ def _assert_no_processes(ssh_hosts) -> None:
 
 def test_dp2_tp32_and_pp8_over_ssh_bring_up_run_and_leave_nothing(ssh_hosts, tmp_path):
     cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
-    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32,pp8")
+    data = yaml.safe_load(cluster.read_text())  # the key needs its passphrase, from the env
+    data["ssh"].update(key=str(ssh_hosts.passphrase_key_path), passphrase_env="KIMI_TEST_KEY_PASS")
+    cluster.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "KIMI_TEST_KEY_PASS": ssh_hosts.passphrase}
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32,pp8", env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "10 passed" in done.stdout
     _assert_no_processes(ssh_hosts)
@@ -119,10 +127,15 @@ def test_dp2_tp32_and_pp8_over_ssh_bring_up_run_and_leave_nothing(ssh_hosts, tmp
         assert summary["completed"] == 8 and summary["complete"] is True
         assert any(n.startswith("requests per replica:") for n in summary["notes"])
         assert any(n.startswith("log check:") for n in summary["notes"])
-    # the secret env value never lands in anything we wrote
-    for path in run.rglob("*"):
-        if path.is_file():
-            assert "hf_secret_value_123" not in path.read_text(errors="replace"), path
+    # neither the API token (a server env value) nor the key passphrase lands in anything we
+    # wrote: reports, manifests, fetched logs, the nodes' own files, or the terminal
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != cluster]  # not the input
+    assert any(p.name == "router.log" for p in written)
+    assert any("remote" in p.parts for p in written)  # the nodes' logs, where they ran
+    for secret in ("hf_secret_value_123", ssh_hosts.passphrase):
+        assert secret not in done.stdout + done.stderr
+        for path in written:
+            assert secret not in path.read_text(errors="replace"), path
 
 
 def test_unreachable_host_is_a_bring_up_error_naming_it(ssh_hosts, tmp_path):
@@ -163,9 +176,77 @@ def test_wrong_host_key_or_refused_auth_names_host_and_cause(ssh_hosts, tmp_path
         expected = "host key mismatch"
     else:
         data["ssh"]["key"] = str(ssh_hosts.passphrase_key_path)  # passphrase not provided
-        expected = "node node601"
+        expected = "is encrypted and no passphrase was given"
     cluster.write_text(yaml.safe_dump(data, sort_keys=False))
     done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32")
     assert done.returncode == 1, done.stdout[-3000:]
     assert "node node601" in done.stdout and expected in done.stdout
     _assert_no_processes(ssh_hosts)
+
+
+def _interrupt_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, ready, sig) -> tuple[int, str]:
+    """Run the perf tests in the hub; send ``sig`` to pytest once ``ready(log_text)``."""
+    argv = [
+        sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+        f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
+        f"--rootdir={ROOT}", "-v", "--layout=tp32,pp8",
+    ]  # fmt: skip
+    log = tmp_path / "pytest.log"
+    with log.open("wb") as out:  # `ip netns exec` execs: the pid is pytest's
+        proc = subprocess.Popen(ssh_hosts.in_hub(argv), cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not ready(log.read_text(errors="replace")):
+                assert proc.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, log.read_text()[-4000:]
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, log.read_text(errors="replace")
+
+
+def test_ctrl_c_during_bring_up_over_ssh_stops_every_host(ssh_hosts, tmp_path):
+    # replica 1's head never turns healthy, so bring-up is surely still waiting
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml",
+                            node_env={"node605": {"KIMI_MOCK_FAULT": "health=fail"}})  # fmt: skip
+    code, text = _interrupt_in_hub(
+        ssh_hosts, tmp_path, cluster, lambda log: "replica 0 healthy" in log, signal.SIGINT
+    )
+    assert code == 2, text[-4000:]  # pytest's "interrupted"
+    _assert_no_processes(ssh_hosts)  # all 8 server processes on 8 hosts, and nothing else
+    [run] = list((tmp_path / "out").iterdir())
+    summary = json.loads((run / "tp32" / "summary.json").read_text())
+    assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
+    assert len(list((run / "tp32" / "logs").glob("replica*.log"))) == 8  # fetched from the hosts
+    assert "**INCOMPLETE RUN**" in (run / "comparison.md").read_text()
+
+
+def test_sigterm_during_the_run_over_ssh_keeps_partial_records_and_stops_every_host(
+    ssh_hosts, tmp_path
+):
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
+    data = yaml.safe_load(cluster.read_text())
+    data["mock"]["time_scale"] = 10  # a run long enough to land in
+    cluster.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def measured(log: str) -> bool:
+        partial = list((tmp_path / "out").glob("*/tp32/records.partial.jsonl"))
+        lines = partial[0].read_text().splitlines() if partial else []
+        return any(x.endswith("}") and json.loads(x)["index"] >= 0 for x in lines)
+
+    code, text = _interrupt_in_hub(ssh_hosts, tmp_path, cluster, measured, signal.SIGTERM)
+    assert code == 2, text[-4000:]
+    _assert_no_processes(ssh_hosts)
+    [run] = list((tmp_path / "out").iterdir())
+    records = [json.loads(x) for x in (run / "tp32" / "records.jsonl").read_text().splitlines()]
+    measured_records = [r for r in records if not r["warmup"]]
+    assert any(r["success"] for r in measured_records)
+    assert any(r["error"].startswith("interrupted before completion") for r in measured_records)
+    summary = json.loads((run / "tp32" / "summary.json").read_text())
+    assert summary["error"].startswith("run interrupted after")
+    assert (run / "tp32" / "logs" / "router.log").exists()
+    assert "**INCOMPLETE RUN**" in (run / "comparison.md").read_text()
