@@ -374,13 +374,40 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember which layouts have tests selected (after ``-k``/``-m``): only those can be
+    "not run" when the session stops early."""
+    kimi = session.config.stash.get(SESSION_KEY, None)
+    if kimi is None:
+        return
+    selected = set()
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        layout = callspec.params.get("kimi_layout") if callspec is not None else None
+        if layout is not None:
+            selected.add(layout.name)
+    kimi.selected = frozenset(selected) if session.items else None  # xdist controller: None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    """Write the comparison, report.html and baseline after every other finisher, so that a
+    deployment still up (Ctrl-C, ``-x``) is torn down first and its notes reach the report."""
     config = session.config
     kimi = config.stash.get(SESSION_KEY, None)
-    if kimi is None or _is_worker(config):
-        return  # a worker's layouts are on disk; the controller writes the comparison
-    if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, or SIGTERM turned into it
-        kimi.interrupted = "stopped by Ctrl-C or SIGTERM before every test ran"
+    if kimi is not None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, or SIGTERM turned into it
+            kimi.stopped_early = "interrupted (Ctrl-C or SIGTERM)"
+        elif session.shouldfail or session.shouldstop:
+            kimi.stopped_early = str(session.shouldfail or session.shouldstop)
+    try:
+        return (yield)
+    finally:
+        if kimi is not None and not _is_worker(config):  # workers' layouts are on disk
+            _write_reports(kimi)
+
+
+def _write_reports(kimi: KimiSession) -> None:
     if not kimi.results:
         kimi.load_results_from_disk()  # under xdist the workers measured
     if kimi.results:

@@ -102,7 +102,8 @@ class KimiSession:
     thresholds: dict[str, float] = field(default_factory=dict)  # regression gate, per metric
     baseline: dict | None = None
     results: dict[str, LayoutResult] = field(default_factory=dict)
-    interrupted: str = ""  # why the session stopped early (Ctrl-C, SIGTERM), if it did
+    stopped_early: str = ""  # why the session stopped before every test ran (Ctrl-C, -x)
+    selected: frozenset[str] | None = None  # layouts with tests selected (-k may drop some)
     _run_dir: Path | None = None
 
     # -- inputs ----------------------------------------------------------------------------
@@ -254,10 +255,13 @@ class KimiSession:
 
     @contextlib.contextmanager
     def _teardown(self, dep: Deployment, layout: Layout, result: LayoutResult) -> Iterator[None]:
-        """Whatever happens inside: record why it failed, stop everything, write the summary."""
+        """Whatever happens inside: record why it failed, stop everything, write the summary.
+        A Ctrl-C held during a clean teardown is delivered once everything is stopped."""
+        failing = False
         try:
             yield
         except BaseException as exc:
+            failing = True
             if not result.error:
                 result.error = f"{type(exc).__name__}: {exc}"
             raise
@@ -272,6 +276,8 @@ class KimiSession:
                     "processes left running after teardown: " + ", ".join(leftovers)
                 )
             self._write_summary(layout)
+            if dep.held_signal is not None and not failing:
+                raise KeyboardInterrupt(f"signal {signal.Signals(dep.held_signal).name}")
 
     def _warm_replicas(self, plan: DeploymentPlan) -> None:
         """One short request per replica, straight to rank 0 (not through the router)."""
@@ -301,11 +307,14 @@ class KimiSession:
             seed=wl.seed,
         )
         started: list[RequestRecord] = []
+        completed: set[int] = set()  # id() of records whose request ran to its end
         journal = RecordJournal(out / "records.partial.jsonl")
+
         done = 0
 
         def finished(record: RequestRecord) -> None:
             nonlocal done
+            completed.add(id(record))
             journal.add(record)
             if record.warmup:
                 return
@@ -319,25 +328,25 @@ class KimiSession:
                 run_requests(endpoint, measured, options, warmup=warmup,
                              on_start=started.append, on_done=finished)
             )  # fmt: skip
+            write_records(out / "records.jsonl", records)
+            result.records = records
+            result.notes.extend(prompt_length_notes(records, wl.input_len))
+            result.summary = summarize(
+                records,
+                time_scale=self.time_scale,
+                percentiles=sorted(
+                    {*wl.percentiles, *slo_mod.percentiles_needed(self.slos[layout.name].values())}
+                ),
+                goodput_limits_ms=self.goodput_limits_ms,
+            )
+            result.verdicts = [
+                slo_mod.evaluate(s, result.summary) for s in self.slos[layout.name].values()
+            ]
         except BaseException as exc:
-            self._keep_interrupted_run(layout, result, started, exc, len(measured))
-            journal.discard()
+            self._keep_interrupted_run(layout, result, started, completed, exc, len(measured))
+            journal.discard()  # records.jsonl now holds everything it had
             raise
-        write_records(out / "records.jsonl", records)
         journal.discard()
-        result.records = records
-        result.notes.extend(prompt_length_notes(records, wl.input_len))
-        result.summary = summarize(
-            records,
-            time_scale=self.time_scale,
-            percentiles=sorted(
-                {*wl.percentiles, *slo_mod.percentiles_needed(self.slos[layout.name].values())}
-            ),
-            goodput_limits_ms=self.goodput_limits_ms,
-        )
-        result.verdicts = [
-            slo_mod.evaluate(s, result.summary) for s in self.slos[layout.name].values()
-        ]
         self.say(
             f"[kimi {layout.name}] measured {len(measured)} requests in "
             f"{time.monotonic() - began:.1f}s wall"
@@ -350,19 +359,23 @@ class KimiSession:
         layout: Layout,
         result: LayoutResult,
         started: list[RequestRecord],
+        completed: set[int],
         exc: BaseException,
         wanted: int,
     ) -> None:
         """A run stopped part-way (Ctrl-C, SIGTERM, a crash in the client): keep every record,
         the unfinished ones marked, and say in the summary how far it got."""
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        unfinished = close_unfinished(started, f"interrupted before completion ({why})")
+        unfinished = [r for r in started if id(r) not in completed]
+        close_unfinished(unfinished, f"interrupted before completion ({why})")
         write_records(self.layout_dir(layout) / "records.jsonl", started)
-        result.records = started
-        finished = sum(1 for r in started if not r.warmup) - unfinished
+        result.records, result.summary, result.verdicts = started, None, []
+        measured = [r for r in started if not r.warmup]
+        finished = sum(1 for r in measured if id(r) in completed)
+        in_flight = len(measured) - finished
         result.error = (
             f"run interrupted after {finished} of {wanted} requests finished "
-            f"({unfinished} in flight, kept as failed records): {why}"
+            f"({in_flight} in flight, kept as failed records): {why}"
         )
         self._write_summary(layout)
 
@@ -473,14 +486,18 @@ class KimiSession:
         )
 
     def save_baseline(self) -> Path | None:
-        """Save this run as the baseline, unless it was interrupted: a partial run must
-        never become the reference that later nights are judged against."""
+        """Save this run as the baseline, unless it is incomplete: a partial run must never
+        become the reference that later nights are judged against."""
         path = self.options.save_baseline
-        if path is not None and self.interrupted:
-            self.say(f"[kimi] baseline NOT saved to {path}: the run was interrupted")
+        if path is None:
+            return None
+        model = self.comparison()
+        if model is not None and not model["complete"]:
+            why = "; ".join(model["incomplete"])
+            self.say(f"[kimi] baseline NOT saved to {path}: the run is incomplete ({why})")
             return None
         measured = {name: self.baseline_entry(r) for name, r in self.results.items() if r.summary}
-        if path is None or not measured:
+        if not measured:
             return None
         meta = {"cluster": self.cluster.name, "backend": self.backend,
                 "time_scale": self.time_scale, "run_id": self.run_dir.name}  # fmt: skip
@@ -488,14 +505,15 @@ class KimiSession:
         return path
 
     def comparison(self) -> dict[str, Any] | None:
-        """The report model over the layouts run so far; after an interrupt, the layouts
-        never reached are listed as not run and the report is marked incomplete."""
+        """The report model over the layouts run so far; when the session stopped early, the
+        selected layouts it never reached are listed as not run (the report is incomplete)."""
         results = []
         for layout in self.layouts:
             result = self.results.get(layout.name)
-            if result is None and self.interrupted and self.results:
+            wanted = self.selected is None or layout.name in self.selected
+            if result is None and self.stopped_early and self.results and wanted:
                 result = LayoutResult(
-                    layout.name, layout.label, error="not run: the session was interrupted first"
+                    layout.name, layout.label, error=f"not run: {self.stopped_early}"
                 )
             if result is not None:
                 results.append(result)
@@ -506,7 +524,7 @@ class KimiSession:
             run_id=self.run_dir.name,
             backend=self.backend,
             time_scale=self.time_scale,
-            interrupted=self.interrupted,
+            stopped_early=self.stopped_early,
         )
 
     def write_comparison(self) -> dict[str, Any] | None:

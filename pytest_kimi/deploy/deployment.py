@@ -9,8 +9,11 @@ process group, collects the logs and verifies nothing is left running.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -35,15 +38,17 @@ class Deployment:
         log_dir: Path,
         *,
         timeout_s: float,
+        grace_s: float = 10.0,
         progress: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
-        self.timeout_s, self.progress = timeout_s, progress
+        self.timeout_s, self.grace_s, self.progress = timeout_s, grace_s, progress
         self.handles: dict[str, Handle] = {}
         self.launching: ProcessSpec | None = None  # between "start it" and "got its handle"
         self.poll_s = getattr(executor, "poll_s", POLL_S)
         self.leftovers: list[str] = []
         self.log_marks: dict[str, int] = {}  # log file name -> its size when teardown began
+        self.held_signal: int | None = None  # Ctrl-C / SIGTERM that arrived during teardown
         self.started_at = 0.0
         self.ready_s = 0.0
 
@@ -150,28 +155,62 @@ class Deployment:
             time.sleep(self.poll_s)
 
     # -- teardown --------------------------------------------------------------------------
-    def stop(self, grace_s: float = 10.0) -> list[str]:
-        """Stop the router, then every server; fetch logs; return what is still alive."""
-        unverifiable = self._adopt_interrupted_launch()
-        order = [h for h in self.handles.values() if h.spec.role == "router"]
-        order += [h for h in self.handles.values() if h.spec.role != "router"]
-        self._mark_logs(order)
-        for handle in order:
-            try:
-                self.executor.stop(handle, grace_s)
-            finally:
+    def stop(self) -> list[str]:
+        """Stop everything at once (TERM to every process group, router first; KILL what is
+        left after ``grace_s``), fetch logs, and return what is still alive.
+
+        All groups are signalled together, so a teardown takes one grace period, not one per
+        process. Ctrl-C or SIGTERM arriving meanwhile is held until every process is stopped
+        (``held_signal``), because giving up half-way would orphan the rest."""
+        with _hold_signals(self):
+            unverifiable = self._adopt_interrupted_launch()
+            order = [h for h in self.handles.values() if h.spec.role == "router"]
+            order += [h for h in self.handles.values() if h.spec.role != "router"]
+            self._mark_logs(order)
+            self._signal_all(order, "TERM")
+            remaining = self._wait_gone(order, self.grace_s)
+            self._signal_all(remaining, "KILL")
+            self._wait_gone(remaining, 5.0)
+            for handle in order:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
-        self.leftovers = unverifiable
-        for h in order:
+            self.leftovers = unverifiable + self._still_alive(order)
+            self.executor.close()
+        return self.leftovers
+
+    def _signal_all(self, handles: list[Handle], name: str) -> None:
+        for handle in handles:
+            try:
+                self.executor.signal(handle, name)
+            except Exception:  # an unreachable node: reported by the leftover check
+                continue
+
+    def _wait_gone(self, handles: list[Handle], timeout_s: float) -> list[Handle]:
+        """Poll until every group has exited or ``timeout_s`` passed; return those alive."""
+        deadline = time.monotonic() + timeout_s
+        remaining = list(handles)
+        while True:
+            remaining = [h for h in remaining if self._maybe_alive(h)]
+            if not remaining or time.monotonic() >= deadline:
+                return remaining
+            time.sleep(min(self.poll_s, 0.05))
+
+    def _maybe_alive(self, handle: Handle) -> bool:
+        try:
+            return self.executor.alive(handle)
+        except Exception:  # cannot ask its node: stop waiting for it, the final check says so
+            return False
+
+    def _still_alive(self, handles: list[Handle]) -> list[str]:
+        left = []
+        for h in handles:
             try:
                 alive = self.executor.alive(h)
             except Exception as exc:  # an unreachable node: cannot prove it is gone
-                self.leftovers.append(f"{h.spec.name} on {h.spec.node.name}: unverifiable ({exc})")
+                left.append(f"{h.spec.name} on {h.spec.node.name}: unverifiable ({exc})")
                 continue
             if alive:
-                self.leftovers.append(f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})")
-        self.executor.close()
-        return self.leftovers
+                left.append(f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})")
+        return left
 
     def _mark_logs(self, handles: list[Handle]) -> None:
         """Remember how long each log was before we stopped anything: stopping rank 0 makes
@@ -195,8 +234,12 @@ class Deployment:
             handle = self.executor.adopt(spec, self.log_dir / f"{spec.name}.log")
         except Exception as exc:
             return [f"{spec.name} on {spec.node.name}: unverifiable ({exc})"]
-        if handle is not None:
-            self.handles[spec.name] = handle
+        if handle is None:  # cannot tell whether it started: say so rather than assume
+            return [
+                f"{spec.name} on {spec.node.name}: its start was interrupted and no process was "
+                "found; check the node"
+            ]
+        self.handles[spec.name] = handle
         return []
 
     def __enter__(self) -> Deployment:
@@ -207,5 +250,30 @@ class Deployment:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        if exc_type is None and self.held_signal is not None:
+            raise KeyboardInterrupt(f"signal {signal.Signals(self.held_signal).name}")
+
+
+@contextlib.contextmanager
+def _hold_signals(deployment: Deployment) -> Iterator[None]:
+    """While tearing down: note Ctrl-C / SIGTERM (and say why we carry on) instead of
+    unwinding. Only the main thread can set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        deployment.held_signal = signum
+        deployment.progress(
+            f"{signal.Signals(signum).name} received during teardown: stopping every process "
+            "first (interrupting now would leave them running; SIGKILL pytest to abandon)"
+        )
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

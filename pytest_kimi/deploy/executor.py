@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ class Executor(Protocol):
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle: ...
     def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None: ...
     def exit_code(self, handle: Handle) -> int | None: ...
-    def stop(self, handle: Handle, grace_s: float) -> None: ...
+    def signal(self, handle: Handle, name: str) -> None: ...
     def alive(self, handle: Handle) -> bool: ...
     def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
     def log_size(self, handle: Handle) -> int | None: ...
@@ -114,17 +113,11 @@ class LocalExecutor:
         assert handle.popen is not None
         return handle.popen.poll()
 
-    def stop(self, handle: Handle, grace_s: float) -> None:
-        """TERM the whole group, wait up to ``grace_s``, then KILL what is left."""
-        _signal_group(handle.pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self.alive(handle):
-            time.sleep(0.02)
-        if self.alive(handle):
-            _signal_group(handle.pgid, signal.SIGKILL)
+    def signal(self, handle: Handle, name: str) -> None:
+        """Send ``SIG<name>`` (TERM, KILL) to the whole process group."""
+        _signal_group(handle.pgid, signal.Signals[f"SIG{name}"])
         if handle.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                handle.popen.wait(timeout=5)
+            handle.popen.poll()  # reap the leader if it is gone
 
     def alive(self, handle: Handle) -> bool:
         """True while any process of the group exists (zombies of our own child excluded)."""

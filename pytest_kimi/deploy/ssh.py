@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,6 +63,7 @@ class SSHExecutor:
         self.environ = os.environ if environ is None else environ
         self._conns: dict[str, fabric.Connection] = {}
         self._keys: dict[str, paramiko.PKey] = {}
+        self._unreachable: dict[str, NodeError] = {}  # a node that failed to connect, once
 
     # -- connections -------------------------------------------------------------------------
     def connection(self, node: Node) -> fabric.Connection:
@@ -71,6 +71,8 @@ class SSHExecutor:
         conn = self._conns.get(node.name)
         if conn is not None and conn.is_connected:
             return conn
+        if node.name in self._unreachable:  # teardown asks a dead node many things: fail fast
+            raise self._unreachable[node.name]
         ssh = node.ssh
         known_hosts = os.path.expanduser(ssh.known_hosts or "~/.ssh/known_hosts")
         kwargs: dict = {
@@ -110,7 +112,9 @@ class SSHExecutor:
         except Exception as exc:
             conn.close()
             cause = _cause(exc, node, known_hosts)
-            raise NodeError(f"node {node.name} ({node.host}): {cause}") from None
+            error = NodeError(f"node {node.name} ({node.host}): {cause}")
+            self._unreachable[node.name] = error
+            raise error from None
         transport = conn.transport
         transport.set_keepalive(5)
         # opening a channel is not covered by command timeouts (DESIGN.md, fabric trials)
@@ -119,8 +123,8 @@ class SSHExecutor:
         return conn
 
     def _key(self, node: Node) -> paramiko.PKey:
-        """The node's private key, decrypted once per run: handing paramiko a file name makes
-        it run the passphrase KDF once per key type it tries, on every connection (~0.6 s)."""
+        """The node's private key, decrypted once per deployment: handing paramiko a file name
+        makes it run the passphrase KDF once per key type it tries, on every connection."""
         ssh = node.ssh
         assert ssh.key is not None
         path = os.path.expanduser(ssh.key)
@@ -145,7 +149,7 @@ class SSHExecutor:
             ) from None
         except OSError as exc:
             raise NodeError(f"{where} cannot be read: {exc.strerror}") from None
-        except (paramiko.SSHException, ValueError) as exc:
+        except Exception as exc:  # paramiko / cryptography: bad format, unknown key type
             hint = "wrong passphrase, or not a private key" if passphrase else "not a private key"
             # the library's message names the problem, never the passphrase
             raise NodeError(f"{where} cannot be loaded ({hint}): {exc}") from None
@@ -205,10 +209,12 @@ class SSHExecutor:
         return Handle(spec, int(pid), Path(log))
 
     def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None:
-        """The handle of a process whose ``start`` was interrupted: from its pid file."""
+        """The handle of a process whose ``start`` was interrupted: from its pid file. The
+        start command may still be running on the node, so wait a little for the file."""
         log, _ = self._paths(spec)
         q = shlex.quote(self._pid_file(spec))
-        _, out = self.run(spec.node, f"cat {q} 2>/dev/null || true")
+        _, out = self.run(spec.node, f"for i in $(seq 30); do [ -s {q} ] && break; sleep 0.1; "
+                                     f"done; cat {q} 2>/dev/null || true")  # fmt: skip
         pid = out.strip()
         return Handle(spec, int(pid), Path(log)) if pid.isdigit() else None
 
@@ -232,18 +238,11 @@ class SSHExecutor:
         _, out = self.run(handle.spec.node, f"ps -o stat= -g {handle.pgid} || true")
         return any(line.strip() and not line.strip().startswith("Z") for line in out.splitlines())
 
-    def stop(self, handle: Handle, grace_s: float) -> None:
-        """TERM the process group, wait up to ``grace_s``, then KILL it."""
-        node = handle.spec.node
-        try:
-            self.run(node, f"kill -TERM -- -{handle.pgid} 2>/dev/null; true")
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline and self.alive(handle):
-                time.sleep(0.2)
-            if self.alive(handle):
-                self.run(node, f"kill -KILL -- -{handle.pgid} 2>/dev/null; true")
-        except NodeError:
-            pass  # an unreachable node: reported by the leftover check
+    def signal(self, handle: Handle, name: str) -> None:
+        """Send ``SIG<name>`` (TERM, KILL) to the process group on its node."""
+        if name not in ("TERM", "KILL", "INT"):
+            raise ValueError(f"signal {name!r}")
+        self.run(handle.spec.node, f"kill -{name} -- -{int(handle.pgid)} 2>/dev/null; true")
 
     def port_in_use(self, node: Node, port: int) -> bool:
         """A listening TCP socket on ``port`` on the node (``ss`` from iproute2; if the node

@@ -72,12 +72,12 @@ def build_comparison(
     run_id: str,
     backend: str,
     time_scale: float,
-    interrupted: str = "",
+    stopped_early: str = "",
 ) -> dict[str, Any]:
     """The report model: rows of values per layout and deltas against the first layout.
 
-    ``interrupted`` says why the session stopped early (Ctrl-C, SIGTERM); with it, or with
-    any layout that has no complete measurement, the model is marked incomplete and says why.
+    A layout without a complete measurement (its error says why) marks the model incomplete;
+    ``stopped_early`` (Ctrl-C, SIGTERM, ``-x``) is then named as the first reason.
     """
     if not results:
         raise ValueError("no layout results to compare")
@@ -119,7 +119,7 @@ def build_comparison(
                 ],
             }
         )
-    reasons = incomplete_reasons(results, interrupted)
+    reasons = incomplete_reasons(results, stopped_early)
     return {
         "run_id": run_id,
         "backend": backend,
@@ -132,15 +132,12 @@ def build_comparison(
     }
 
 
-def incomplete_reasons(results: Sequence[LayoutResult], interrupted: str = "") -> list[str]:
-    """Why a report is not the full answer: the session was interrupted, or a layout was
-    not measured (its error's first line), or was measured only in part."""
-    reasons = [f"session interrupted: {interrupted}"] if interrupted else []
-    for r in results:
-        if r.error:
-            reasons.append(f"{r.name}: {r.error.splitlines()[0]}")
-        elif r.summary is None:
-            reasons.append(f"{r.name}: not measured")
+def incomplete_reasons(results: Sequence[LayoutResult], stopped_early: str = "") -> list[str]:
+    """Why a report is not the full answer: a layout was not run or not measured in full
+    (its error's first line), and if so, why the session stopped early."""
+    reasons = [f"{r.name}: {r.error.splitlines()[0]}" for r in results if r.error]
+    if reasons and stopped_early:
+        reasons.insert(0, f"session stopped early: {stopped_early}")
     return reasons
 
 

@@ -263,18 +263,15 @@ async def run_requests(
     return records
 
 
-def close_unfinished(records: Iterable[RequestRecord], reason: str) -> int:
-    """Mark records whose request never completed (run interrupted) as failed with ``reason``;
-    what had arrived (chunks, first token) is kept. Returns how many were marked."""
+def close_unfinished(records: Iterable[RequestRecord], reason: str) -> None:
+    """Mark records whose request never completed (the run was interrupted) as failed with
+    ``reason``; what had arrived (chunks, first token) is kept."""
     now = time.perf_counter()  # the clock send_one stamps with
-    marked = 0
     for record in records:
         if record.end_time is None:
             record.end_time = now
-            record.success = False
-            record.error = reason
-            marked += 1
-    return marked
+        record.success = False
+        record.error = reason
 
 
 @contextlib.contextmanager

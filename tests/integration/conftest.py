@@ -9,12 +9,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpcore  # noqa: F401  (see below)
 import httpx
 import pytest
 
 from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+
+# httpx imports httpcore lazily, on first use. A pytester test restores sys.modules when it
+# ends, so if that first use happens inside one, httpcore is imported again later with new
+# exception classes, and httpx no longer recognises (maps) its errors. Import it up front.
 
 
 class Proc:

@@ -118,7 +118,7 @@ def test_malformed_cluster_file_is_a_usage_error_naming_line_and_field(
     project.makefile(".yaml", bad=bad)
     result = project.runpytest_subprocess("--cluster=bad.yaml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*bad.yaml:10: field 'layouts.deep.tp': TP x PP = 2 x 2 = 4*"])
+    result.stderr.fnmatch_lines(["*bad.yaml:11: field 'layouts.deep.tp': TP x PP = 2 x 2 = 4*"])
 
 
 def test_bad_slo_override_is_a_usage_error(project: pytest.Pytester):

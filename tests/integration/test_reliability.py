@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -204,8 +205,8 @@ def test_interrupt_during_bring_up_stops_everything_and_keeps_an_incomplete_repo
     assert summary["complete"] is False and "KeyboardInterrupt" in summary["error"]
     assert len(list((run / "wide" / "logs").glob("*.log"))) >= 4  # the nodes' logs are kept
     report = (run / "comparison.md").read_text()
-    assert "**INCOMPLETE RUN**" in report and "session interrupted" in report
-    assert "deep: not run: the session was interrupted first" in report
+    assert "**INCOMPLETE RUN**" in report and "session stopped early: interrupted" in report
+    assert "deep: not run: interrupted (Ctrl-C or SIGTERM)" in report
     assert not (run / "deep").exists()  # the second layout never started
 
 
@@ -233,6 +234,8 @@ def test_interrupt_during_the_run_keeps_partial_records_logs_and_an_incomplete_r
     assert (folder / "logs" / "router.log").exists()
     report = (run / "comparison.md").read_text()
     assert "**INCOMPLETE RUN**" in report and "wide: run interrupted after" in report
+    assert "- **wide**: log check: " in report  # written after teardown: its notes are in
+    assert "deep: not run: interrupted (Ctrl-C or SIGTERM)" in report
     assert "INCOMPLETE RUN" in (run / "report.html").read_text()
 
 
@@ -268,3 +271,44 @@ def test_router_health_checks_timing_out_under_load_are_a_note_not_a_failure(
     health = [n for n in summary["notes"] if "router health-check failure" in n]
     assert health and "router.log" in health[0], summary["notes"]
     assert leftovers(project.path) == []
+
+
+class _CtrlCAgainDuringTeardown(LocalExecutor):
+    """The user presses Ctrl-C again right after teardown began."""
+
+    def signal(self, handle, name):
+        super().signal(handle, name)
+        if name == "TERM" and not getattr(self, "pressed", False):
+            self.pressed = True
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs now, in this thread
+
+
+def test_ctrl_c_during_teardown_is_held_until_every_process_is_stopped(tmp_path: Path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER)
+    cluster = load_cluster(path)
+    stubborn = (sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                "signal.SIG_IGN); print('up', flush=True); time.sleep(120)")  # fmt: skip
+    plan = plan_deployment(cluster, cluster.layout("wide"))
+    plan = dataclasses.replace(
+        plan,
+        servers=tuple(dataclasses.replace(s, argv=stubborn) for s in plan.servers),
+        router=dataclasses.replace(plan.router, argv=stubborn),
+    )
+    executor = _CtrlCAgainDuringTeardown()
+    deployment = Deployment(plan, executor, tmp_path / "logs", timeout_s=30, grace_s=1.0)
+    for spec in plan.processes:
+        deployment._launch(spec)
+    deadline = time.monotonic() + 30
+    logs = [tmp_path / "logs" / f"{spec.name}.log" for spec in plan.processes]
+    while not all(log.exists() and "up" in log.read_text() for log in logs):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):  # delivered after, not during
+        deployment.__exit__(None, None, None)
+    assert executor.pressed and deployment.held_signal == signal.SIGINT
+    groups = [popen.pid for popen in executor._started.values()]
+    assert len(groups) == 5 and [g for g in groups if group_alive(g)] == []  # KILLed after grace
+    assert deployment.leftovers == []
+    assert signal.getsignal(signal.SIGINT) is before  # the usual handler is back

@@ -297,19 +297,22 @@ def test_a_layout_not_measured_marks_the_report_incomplete(model: dict) -> None:
     assert "- broken: bring-up failed: node603 did not answer /health" in banner
 
 
-def test_an_interrupted_session_is_incomplete_even_with_every_summary(
+def test_a_session_stopped_early_names_why_first(results: list[LayoutResult]) -> None:
+    model = build_comparison(results, run_id="r", backend="mock", time_scale=40.0,
+                             stopped_early="interrupted (Ctrl-C or SIGTERM)")  # fmt: skip
+    assert model["incomplete"] == [
+        "session stopped early: interrupted (Ctrl-C or SIGTERM)",
+        "broken: bring-up failed: node603 did not answer /health",
+    ]
+
+
+def test_stopping_early_after_every_layout_was_measured_is_still_complete(
     results: list[LayoutResult],
 ) -> None:
+    # e.g. -x stopped at a failing SLO test of the last layout: every figure is there
     model = build_comparison(results[:2], run_id="r", backend="mock", time_scale=40.0,
-                             interrupted="stopped by Ctrl-C")  # fmt: skip
-    assert model["complete"] is False
-    assert model["incomplete"] == ["session interrupted: stopped by Ctrl-C"]
-
-
-def test_a_layout_without_summary_or_error_is_not_measured(results: list[LayoutResult]) -> None:
-    results[1].summary = None
-    model = build_comparison(results[:2], run_id="r", backend="mock", time_scale=40.0)
-    assert model["incomplete"] == ["pp8: not measured"]
+                             stopped_early="stopping after 1 failures")  # fmt: skip
+    assert model["complete"] is True and model["incomplete"] == []
 
 
 # ----------------------------------------------------------------------------- text

@@ -65,11 +65,11 @@ def test_report_html_of_an_interrupted_run_says_so_above_the_table():
     results = [LayoutResult("tp32", "TP32", None, error="run interrupted after 5 of 12 "
                             "requests finished: KeyboardInterrupt", records=records)]  # fmt: skip
     model = build_comparison(results, run_id="r", backend="mock", time_scale=40.0,
-                             interrupted="stopped by Ctrl-C or SIGTERM")  # fmt: skip
+                             stopped_early="interrupted (Ctrl-C or SIGTERM)")  # fmt: skip
     page = render_html(model, {"tp32": records})
     banner = page.split("<table")[0]
     assert "INCOMPLETE RUN" in banner
-    assert "session interrupted: stopped by Ctrl-C or SIGTERM" in banner
+    assert "session stopped early: interrupted (Ctrl-C or SIGTERM)" in banner
     assert "tp32: run interrupted after 5 of 12 requests finished" in banner
 
 

@@ -73,3 +73,17 @@ def test_missing_key_file_is_named(tmp_path):
     executor = SSHExecutor("/tmp/w", "run", environ={})
     with pytest.raises(NodeError, match=r"SSH key .*/absent cannot be read: No such file"):
         executor._key(_node(tmp_path / "absent"))
+
+
+def test_a_node_that_failed_to_connect_fails_fast_afterwards(tmp_path):
+    from pytest_kimi.deploy.plan import free_port
+
+    port = free_port("127.0.0.1")  # nothing listens there: refused at once, on loopback
+    node = Node("node604", "127.0.0.1", 8, ssh=SSHConfig(port=port, connect_timeout_s=2))
+    executor = SSHExecutor("/tmp/w", "run", environ={})
+    with pytest.raises(NodeError, match=r"node node604 .*unreachable") as first:
+        executor.connection(node)
+    # teardown asks a dead node several things (log size, TERM, alive, log): one timeout only
+    with pytest.raises(NodeError) as again:
+        executor.run(node, "true")
+    assert again.value is first.value
