@@ -157,12 +157,12 @@ def test_ctrl_c_between_starting_a_process_and_knowing_it_leaves_nothing(tmp_pat
 # ----------------------------------------------------------------------------- interrupts
 
 
-def _signal_when(project: pytest.Pytester, cluster: str, ready, sig: signal.Signals):
+def _signal_when(project: pytest.Pytester, cluster: str, ready, sig: signal.Signals, *args: str):
     """Run the perf tests in a subprocess; send ``sig`` once ``ready(log_text, out_dir)``."""
     project.makefile(".yaml", cluster=cluster)
     log = project.path / "run.log"
     argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide,deep",
-            "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
+            "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v", *args]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=project.path, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -216,8 +216,11 @@ def test_interrupt_during_the_run_keeps_partial_records_logs_and_an_incomplete_r
 ):
     slow = CLUSTER.replace("time_scale: 400", "time_scale: 8").replace(
         "num_requests: 6", "num_requests: 12")  # fmt: skip
-    code, text = _signal_when(project, slow, lambda log, out: _measured_records(out) >= 1, sig)
+    code, text = _signal_when(project, slow, lambda log, out: _measured_records(out) >= 1, sig,
+                              "--kimi-save-baseline=base.json")  # fmt: skip
     assert code == pytest.ExitCode.INTERRUPTED, text
+    assert "baseline NOT saved to base.json: the run is incomplete" in text
+    assert not (project.path / "base.json").exists()  # never the reference for later nights
     assert leftovers(project.path) == []
     [run] = list((project.path / "out").iterdir())
     folder = run / "wide"
