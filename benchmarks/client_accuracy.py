@@ -46,7 +46,6 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import resource
 import signal
 import subprocess
@@ -64,13 +63,18 @@ import numpy as np
 
 from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR, count_tokens
+from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.testing.peer import (
+    DEFAULT_VENV,
+    INSTALL_SCRIPT,
+    PYTHON_ENV_VAR,
+    bench_serving_argv,
+    import_error,
+    install,
+    offline_env,
+    write_custom_dataset,
+)
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
-
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_VENV = ROOT / ".venv-bench-serving"
-INSTALL_SCRIPT = ROOT / "scripts" / "install_bench_serving.sh"
-PYTHON_ENV_VAR = "KIMI_BENCH_SERVING_PYTHON"
 
 OURS = "pytest-kimi"
 THEIRS = "bench_serving"
@@ -160,55 +164,26 @@ QUICK = Plan(
 # -- environment and processes ---------------------------------------------------------------
 
 
-def offline_env() -> dict[str, str]:
-    """Environment for child processes: no model hub, no proxy between us and loopback."""
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_ENDPOINT="http://127.0.0.1:9",
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-        TRANSFORMERS_NO_ADVISORY_WARNINGS="1",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def _imports_bench_serving(python: Path) -> bool:
-    if not python.is_file():
-        return False
-    done = subprocess.run(
-        [str(python), "-c", "import sglang.bench_serving"],
-        env=offline_env(),
-        capture_output=True,
-        timeout=120,
-    )
-    return done.returncode == 0
-
-
 def bench_serving_python() -> tuple[Path, str]:
     """The interpreter with sglang.bench_serving, installing the venv when it is missing."""
     given = os.environ.get(PYTHON_ENV_VAR)
     if given:
-        if not _imports_bench_serving(Path(given)):
+        if import_error(Path(given)) is not None:
             raise BenchmarkError(f"{PYTHON_ENV_VAR}={given} cannot import sglang.bench_serving")
         return Path(given), f"{given} (from {PYTHON_ENV_VAR})"
     python = DEFAULT_VENV / "bin" / "python"
-    if _imports_bench_serving(python):
+    if import_error(python) is None:
         return python, f"{DEFAULT_VENV} (already installed)"
     print(
         f"sglang.bench_serving is not installed in {DEFAULT_VENV}: installing it with "
-        f"{INSTALL_SCRIPT.relative_to(ROOT)} (~1.5 min, ~700 MB)",
+        f"{INSTALL_SCRIPT.name} (~1.5 min, ~700 MB)",
         flush=True,
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT), str(DEFAULT_VENV)], env=env)
-    if done.returncode != 0 or not _imports_bench_serving(python):
+    code, output = install(DEFAULT_VENV)
+    if code != 0 or import_error(python) is not None:
         raise BenchmarkError(
-            f"installing sglang.bench_serving failed ({INSTALL_SCRIPT.name}, exit "
-            f"{done.returncode}); set {PYTHON_ENV_VAR} to use an existing install"
+            f"installing sglang.bench_serving failed ({INSTALL_SCRIPT.name}, exit {code}); "
+            f"set {PYTHON_ENV_VAR} to use an existing install\n{output[-3000:]}"
         )
     return python, f"{DEFAULT_VENV} (installed by this run)"
 
@@ -513,26 +488,6 @@ def run_ours(server: ScriptedServer, concurrency: int, n: int, output_len: int) 
     return _finish(run, pairs)
 
 
-def write_custom_dataset(path: Path, texts: Sequence[str], seed: int) -> None:
-    """bench_serving ``custom`` rows, written so that its ``random.shuffle`` yields ``texts``.
-
-    bench_serving calls ``random.seed(seed)`` and then ``random.shuffle(rows)`` with nothing
-    in between drawing from ``random``: row ``order[k]`` of the file becomes request ``k``.
-    """
-    order = list(range(len(texts)))
-    random.Random(seed).shuffle(order)
-    rows: list[str] = [""] * len(texts)
-    for k, position in enumerate(order):
-        rows[position] = texts[k]
-    with path.open("w", encoding="utf-8") as fh:
-        for text in rows:
-            conversation = [
-                {"role": "user", "content": text},
-                {"role": "assistant", "content": "unused: the output length is fixed"},
-            ]
-            fh.write(json.dumps({"conversations": conversation}) + "\n")
-
-
 def _run_sampled(argv: list[str], log: Path, cwd: Path) -> tuple[int, list[tuple[float, float]]]:
     """Run a command in its own group, sampling its CPU time every 20 ms on perf_counter."""
     samples: list[tuple[float, float]] = []
@@ -571,24 +526,9 @@ def run_bench_serving(
     dataset, output = work / f"prompts-{tag}.jsonl", work / f"result-{tag}.jsonl"
     log = work / f"bench_serving-{tag}.log"
     write_custom_dataset(dataset, texts, BENCH_SEED)
-    argv = [
-        str(python), "-m", "sglang.bench_serving",
-        "--backend", "sglang",
-        "--base-url", server.url,
-        "--model", str(TOKENIZER_DIR),
-        "--tokenizer", str(TOKENIZER_DIR),
-        "--dataset-name", "custom",
-        "--dataset-path", str(dataset),
-        "--num-prompts", str(n),
-        "--sharegpt-output-len", str(output_len),
-        "--request-rate", "inf",
-        "--max-concurrency", str(concurrency),
-        "--warmup-requests", "1",
-        "--seed", str(BENCH_SEED),
-        "--disable-tqdm",
-        "--output-file", str(output),
-        "--output-details",
-    ]  # fmt: skip
+    argv = bench_serving_argv(python, server.url, dataset, output, num_prompts=n,
+                              output_len=output_len, concurrency=concurrency,
+                              seed=BENCH_SEED)  # fmt: skip
     run = Run(THEIRS, concurrency, n, server.itl_ms, output_len, anchor="server arrival")
     busy, server_cpu, children, cpu = (
         machine_busy_s(),

@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from pytest_kimi.metrics import Summary, summarize
-from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR, count_tokens
+from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.testing.peer import bench_serving_argv, write_custom_dataset
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.dataset import BUNDLED_DATASET, Prompt, load_workload
 from pytest_kimi.workload.records import RequestRecord
@@ -109,26 +108,6 @@ def _specs(prompts: tuple[Prompt, ...]) -> list[RequestSpec]:
     return [RequestSpec(p.id, p.text, count_tokens(p.text)) for p in prompts]
 
 
-def write_custom_dataset(path: Path, texts: list[str], seed: int) -> None:
-    """Write bench_serving ``custom`` rows so that its ``random.shuffle`` yields ``texts``.
-
-    bench_serving calls ``random.seed(seed)`` and then ``random.shuffle(rows)`` (nothing in
-    between draws from ``random``): row ``order[k]`` of the file becomes request ``k``.
-    """
-    order = list(range(len(texts)))
-    random.Random(seed).shuffle(order)
-    rows: list[str | None] = [None] * len(texts)
-    for k, position in enumerate(order):
-        rows[position] = texts[k]
-    with path.open("w", encoding="utf-8") as fh:
-        for text in rows:
-            conversation = [
-                {"role": "user", "content": text},
-                {"role": "assistant", "content": "unused: the output length is fixed"},
-            ]
-            fh.write(json.dumps({"conversations": conversation}) + "\n")
-
-
 def _ground_truth(url: str) -> list[dict[str, Any]]:
     response = httpx.get(url + "/kimi/ground_truth", timeout=10.0, trust_env=False)
     response.raise_for_status()
@@ -144,29 +123,6 @@ def _truth(requests: list[dict[str, Any]], time_scale: float) -> Truth:
     e2e = [(r["finished"] - r["arrival"]) * ms for r in measured]
     tpot = [(e - t) / (OUTPUT_LEN - 1) for t, e in zip(ttft, e2e, strict=True)]
     return Truth(*(sum(v) / len(v) for v in (ttft, tpot, e2e)))
-
-
-def bench_serving_argv(
-    python: Path, base_url: str, dataset: Path, output: Path, num_prompts: int
-) -> list[str]:
-    return [
-        str(python), "-m", "sglang.bench_serving",
-        "--backend", "sglang",  # native /generate, streamed
-        "--base-url", base_url,
-        "--model", str(TOKENIZER_DIR),
-        "--tokenizer", str(TOKENIZER_DIR),
-        "--dataset-name", "custom",
-        "--dataset-path", str(dataset),
-        "--num-prompts", str(num_prompts),
-        "--sharegpt-output-len", str(OUTPUT_LEN),
-        "--request-rate", "inf",
-        "--max-concurrency", str(CONCURRENCY),
-        "--warmup-requests", "1",
-        "--seed", str(BENCH_SEED),
-        "--disable-tqdm",
-        "--output-file", str(output),
-        "--output-details",
-    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +146,9 @@ def runs(bench_serving_python, start_mock, peer_env, tmp_path_factory) -> Runs:
     work = tmp_path_factory.mktemp("bench_serving")
     dataset, output, log = work / "prompts.jsonl", work / "result.jsonl", work / "stdout.log"
     write_custom_dataset(dataset, [s.text for s in specs], BENCH_SEED)
-    argv = bench_serving_argv(bench_serving_python, server.url, dataset, output, len(specs))
+    argv = bench_serving_argv(bench_serving_python, server.url, dataset, output,
+                              num_prompts=len(specs), output_len=OUTPUT_LEN,
+                              concurrency=CONCURRENCY, seed=BENCH_SEED)  # fmt: skip
     started = time.perf_counter()
     with log.open("wb") as fh:
         try:

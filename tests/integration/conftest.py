@@ -3,64 +3,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpcore  # noqa: F401  (see below)
-import httpx
 import pytest
 
 from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+from pytest_kimi.testing.processes import Proc, mock_argv
 
 # httpx imports httpcore lazily, on first use. A pytester test restores sys.modules when it
 # ends, so if that first use happens inside one, httpcore is imported again later with new
 # exception classes, and httpx no longer recognises (maps) its errors. Import it up front.
-
-
-class Proc:
-    """A started process with its log; stopped (whole group) by the fixture."""
-
-    def __init__(self, argv: list[str], log: Path) -> None:
-        self.log = log
-        self.handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            argv, stdout=self.handle, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_http(self, url: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise AssertionError(f"process exited {self.popen.returncode}:\n{self.text()}")
-            try:
-                if httpx.get(url, timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"{url} not up after {timeout}s:\n{self.text()}")
-
-    def stop(self) -> None:
-        import os
-        import signal
-
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        self.handle.close()
-        assert not group_alive(self.popen.pid), "process group left running"
 
 
 @pytest.fixture
@@ -76,14 +31,6 @@ def spawn(tmp_path: Path) -> Iterator:
     yield start
     for proc in procs:
         proc.stop()
-
-
-def mock_argv(port: int, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "pytest_kimi.mock.launch_server",
-        "--model-path", str(TOKENIZER_DIR), "--host", "127.0.0.1", "--port", str(port),
-        *extra,
-    ]  # fmt: skip
 
 
 @pytest.fixture

@@ -1,0 +1,91 @@
+"""Child processes for tests and benchmarks: mock servers, the router, peer tools.
+
+Each runs in its own session (so its process group holds everything it starts), writes its
+output to a log file, and is stopped as a group: TERM, then KILL, then a check that nothing
+of the group is left. Only loopback URLs are ever polled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+from pytest_kimi.deploy.executor import group_alive
+from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+
+
+class ProcessError(AssertionError):
+    """A child exited early, never answered, or left part of its group running."""
+
+
+def mock_argv(port: int, *flags: str) -> list[str]:
+    """A mock SGLang server on ``127.0.0.1:port`` with the shipped tokenizer."""
+    return [
+        sys.executable, "-m", "pytest_kimi.mock.launch_server",
+        "--model-path", str(TOKENIZER_DIR), "--host", "127.0.0.1", "--port", str(port),
+        *flags,
+    ]  # fmt: skip
+
+
+class Proc:
+    """A started process with its log; :meth:`stop` ends its whole group."""
+
+    def __init__(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.log = log
+        self._handle = log.open("wb")
+        self.popen = subprocess.Popen(
+            list(argv),
+            stdout=self._handle,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def text(self) -> str:
+        self._handle.flush()
+        return self.log.read_text(errors="replace")
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def wait_http(self, url: str, timeout_s: float = 30.0) -> None:
+        """Until ``url`` answers 2xx; fails at once, with the log, if the process exits."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise ProcessError(f"process exited {self.popen.returncode}:\n{self.text()}")
+            try:
+                if httpx.get(url, timeout=1.0, trust_env=False).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise ProcessError(f"{url} not up after {timeout_s:g}s:\n{self.text()}")
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """TERM the group, KILL it after ``grace_s``; raise if any of it is left."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+                self.popen.wait(grace_s)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        self._handle.close()
+        if group_alive(self.pid):
+            raise ProcessError(f"process group {self.pid} left running")
