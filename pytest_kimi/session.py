@@ -15,6 +15,7 @@ import shlex
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ from pytest_kimi.report.resultdir import (
     write_json,
     write_text,
 )
+from pytest_kimi.report.routermetrics import counters as router_counters
+from pytest_kimi.report.routermetrics import notes as router_notes
 from pytest_kimi.report.saved import load_layout
 from pytest_kimi.workload.client import (
     ClientOptions,
@@ -105,6 +108,7 @@ class KimiSession:
     stopped_early: str = ""  # why the session stopped before every test ran (Ctrl-C, -x)
     selected: frozenset[str] | None = None  # layouts with tests selected (-k may drop some)
     _run_dir: Path | None = None
+    _plans: dict[str, DeploymentPlan] = field(default_factory=dict)  # what each layout runs
 
     # -- inputs ----------------------------------------------------------------------------
     @classmethod
@@ -208,7 +212,7 @@ class KimiSession:
             self._write_manifest(layout, None)
             yield self.options.endpoint
             return
-        plan = self.plan(layout)
+        plan = self._plans[layout.name] = self.plan(layout)
         self._write_manifest(layout, plan)
         executor = self._executor(layout)
         dep = Deployment(
@@ -322,6 +326,7 @@ class KimiSession:
             if done % 10 == 0 or done == len(measured):
                 self.say(f"[kimi {layout.name}] {done}/{len(measured)} requests done")
 
+        router_before = self._router_counters(layout)
         began = time.monotonic()
         try:
             records = asyncio.run(
@@ -347,12 +352,34 @@ class KimiSession:
             journal.discard()  # records.jsonl now holds everything it had
             raise
         journal.discard()
+        result.notes.extend(self._router_notes(layout, router_before))
         self.say(
             f"[kimi {layout.name}] measured {len(measured)} requests in "
             f"{time.monotonic() - began:.1f}s wall"
         )
         self._write_summary(layout)
         return result
+
+    def _router_counters(self, layout: Layout) -> Counter[tuple[str, str]] | None:
+        """The router's retry and upstream counters now (None: not ours, or unreachable)."""
+        plan = self._plans.get(layout.name)
+        url = plan.router_metrics_url if plan is not None else None
+        if url is None:
+            return None
+        try:
+            response = httpx.get(url, timeout=5.0, trust_env=False)
+            response.raise_for_status()
+            return router_counters(response.text)
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def _router_notes(self, layout: Layout, before: Counter[tuple[str, str]] | None) -> list[str]:
+        if before is None:
+            return []
+        after = self._router_counters(layout)
+        if after is None:
+            return ["router metrics unavailable after the run: retries were not checked"]
+        return router_notes(before, after)
 
     def _keep_interrupted_run(
         self,

@@ -68,6 +68,16 @@ class DeploymentPlan:
     def endpoint(self) -> str:
         return self.router.url
 
+    @property
+    def router_metrics_url(self) -> str | None:
+        """The router's Prometheus endpoint (its retry counters), if it exports one."""
+        argv = self.router.argv
+        if "--prometheus-port" not in argv:
+            return None
+        port = argv[argv.index("--prometheus-port") + 1]
+        host = argv[argv.index("--prometheus-host") + 1] if "--prometheus-host" in argv else ""
+        return f"http://{_url_host(host or self.router.node.host)}:{port}/metrics"
+
     def describe(self) -> str:
         """Human-readable listing for ``--kimi-dry-run`` and the manifest."""
         lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]

@@ -77,6 +77,7 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         assert summary["completed"] == 6 and summary["complete"] is True
         # a clean run raises no false alarm: not the router's gRPC probe, not our teardown
         assert summary["notes"][0].startswith("log check: no OOM"), summary["notes"]
+        assert not [n for n in summary["notes"] if n.startswith("router ")], summary["notes"]
         assert not (folder / "records.partial.jsonl").exists()
         manifest = json.loads((folder / "manifest.json").read_text())
         commands = [p["command"] for p in manifest["processes"]]

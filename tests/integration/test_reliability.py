@@ -315,3 +315,25 @@ def test_ctrl_c_during_teardown_is_held_until_every_process_is_stopped(tmp_path:
     assert len(groups) == 5 and [g for g in groups if group_alive(g)] == []  # KILLed after grace
     assert deployment.leftovers == []
     assert signal.getsignal(signal.SIGINT) is before  # the usual handler is back
+
+
+def test_worker_5xx_hidden_by_router_retries_is_a_note(project: pytest.Pytester, leftovers):
+    # replica 0 answers HTTP 500 to about half its requests (seed 19: its first four pass, so
+    # the warm-ups do; of the next four, three fail); the router retries them on replica 1, so
+    # the client sees successes that took longer
+    flaky = CLUSTER.replace(
+        "  - {name: n1, host: 127.0.0.1, gpus: 4}",
+        "  - {name: n1, host: 127.0.0.1, gpus: 4,\n"
+        "     env: {KIMI_MOCK_FAULT: 'error_rate=0.5,seed=19'}}",
+    ).replace("num_requests: 6", "num_requests: 12")
+    project.makefile(".yaml", cluster=flaky)
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-report-dir=out", "-p", "no:cacheprovider"
+    )
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    retried = [n for n in summary["notes"] if n.startswith("router retried ")]
+    assert retried and "HTTP 500 x" in retried[0], summary["notes"]
+    assert summary["complete"] is True, result.stdout.str()[-3000:]
+    assert "router retried" in (run / "comparison.md").read_text()
+    assert leftovers(project.path) == []
