@@ -41,6 +41,7 @@ from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.report.comparison import (
     LayoutResult,
     build_comparison,
+    incomplete_reasons,
     render_markdown,
 )
 from pytest_kimi.report.dataquality import notes as quality_notes
@@ -518,9 +519,9 @@ class KimiSession:
         path = self.options.save_baseline
         if path is None:
             return None
-        model = self.comparison()
-        if model is not None and not model["complete"]:
-            why = "; ".join(model["incomplete"])
+        reasons = incomplete_reasons(self._report_results(), self.stopped_early)
+        if reasons:
+            why = "; ".join(reasons)
             self.say(f"[kimi] baseline NOT saved to {path}: the run is incomplete ({why})")
             return None
         measured = {name: self.baseline_entry(r) for name, r in self.results.items() if r.summary}
@@ -531,9 +532,9 @@ class KimiSession:
         baseline_mod.save(path, baseline_mod.snapshot(measured, meta))
         return path
 
-    def comparison(self) -> dict[str, Any] | None:
-        """The report model over the layouts run so far; when the session stopped early, the
-        selected layouts it never reached are listed as not run (the report is incomplete)."""
+    def _report_results(self) -> list[LayoutResult]:
+        """The layouts run so far, in ``--layout`` order; when the session stopped early, the
+        selected layouts it never reached are added as not run (the report is incomplete)."""
         results = []
         for layout in self.layouts:
             result = self.results.get(layout.name)
@@ -544,6 +545,11 @@ class KimiSession:
                 )
             if result is not None:
                 results.append(result)
+        return results
+
+    def comparison(self) -> dict[str, Any] | None:
+        """The report model over :meth:`_report_results`."""
+        results = self._report_results()
         if not results:
             return None
         return build_comparison(

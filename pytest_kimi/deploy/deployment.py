@@ -167,13 +167,14 @@ class Deployment:
             order = [h for h in self.handles.values() if h.spec.role == "router"]
             order += [h for h in self.handles.values() if h.spec.role != "router"]
             self._mark_logs(order)
+            unreachable: dict[str, str] = {}  # process name -> why its node cannot be asked
             self._signal_all(order, "TERM")
-            remaining = self._wait_gone(order, self.grace_s)
+            remaining = self._wait_gone(order, self.grace_s, unreachable)
             self._signal_all(remaining, "KILL")
-            self._wait_gone(remaining, 5.0)
+            remaining = self._wait_gone(remaining, 5.0, unreachable)
             for handle in order:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
-            self.leftovers = unverifiable + self._still_alive(order)
+            self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
             self.executor.close()
         return self.leftovers
 
@@ -184,33 +185,25 @@ class Deployment:
             except Exception:  # an unreachable node: reported by the leftover check
                 continue
 
-    def _wait_gone(self, handles: list[Handle], timeout_s: float) -> list[Handle]:
-        """Poll until every group has exited or ``timeout_s`` passed; return those alive."""
+    def _wait_gone(
+        self, handles: list[Handle], timeout_s: float, unreachable: dict[str, str]
+    ) -> list[Handle]:
+        """Poll until every group has exited or ``timeout_s`` passed; return those alive. A
+        group whose node cannot be asked goes to ``unreachable`` (it cannot be proved gone)."""
         deadline = time.monotonic() + timeout_s
         remaining = list(handles)
         while True:
-            remaining = [h for h in remaining if self._maybe_alive(h)]
+            remaining = [h for h in remaining if self._alive(h, unreachable)]
             if not remaining or time.monotonic() >= deadline:
                 return remaining
             time.sleep(min(self.poll_s, 0.05))
 
-    def _maybe_alive(self, handle: Handle) -> bool:
+    def _alive(self, handle: Handle, unreachable: dict[str, str]) -> bool:
         try:
             return self.executor.alive(handle)
-        except Exception:  # cannot ask its node: stop waiting for it, the final check says so
+        except Exception as exc:
+            unreachable[handle.spec.name] = str(exc)
             return False
-
-    def _still_alive(self, handles: list[Handle]) -> list[str]:
-        left = []
-        for h in handles:
-            try:
-                alive = self.executor.alive(h)
-            except Exception as exc:  # an unreachable node: cannot prove it is gone
-                left.append(f"{h.spec.name} on {h.spec.node.name}: unverifiable ({exc})")
-                continue
-            if alive:
-                left.append(f"{h.spec.name} on {h.spec.node.name} (pgid {h.pgid})")
-        return left
 
     def _mark_logs(self, handles: list[Handle]) -> None:
         """Remember how long each log was before we stopped anything: stopping rank 0 makes
@@ -254,6 +247,20 @@ class Deployment:
         self.stop()
         if exc_type is None and self.held_signal is not None:
             raise KeyboardInterrupt(f"signal {signal.Signals(self.held_signal).name}")
+
+
+def _leftovers(
+    handles: list[Handle], alive: list[Handle], unreachable: dict[str, str]
+) -> list[str]:
+    """Name every process still running, or whose node could not tell us."""
+    out = []
+    for h in handles:
+        where = f"{h.spec.name} on {h.spec.node.name}"
+        if h.spec.name in unreachable:
+            out.append(f"{where}: unverifiable ({unreachable[h.spec.name]})")
+        elif h in alive:
+            out.append(f"{where} (pgid {h.pgid})")
+    return out
 
 
 @contextlib.contextmanager

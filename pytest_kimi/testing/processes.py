@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -89,3 +89,31 @@ class Proc:
         self._handle.close()
         if group_alive(self.pid):
             raise ProcessError(f"process group {self.pid} left running")
+
+
+def signal_when(
+    argv: Sequence[str],
+    log: Path,
+    ready: Callable[[str], bool],
+    sig: signal.Signals,
+    *,
+    cwd: Path,
+    timeout_s: float = 90.0,
+) -> tuple[int, str]:
+    """Run ``argv`` (output to ``log``), send ``sig`` once ``ready(output so far)``, wait for
+    it to exit; return (exit code, output). Fails with the output if it exits or stalls first."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(list(argv), cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not ready(log.read_text(errors="replace")):
+                text = log.read_text(errors="replace")[-4000:]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ProcessError(f"exited or stalled before the signal:\n{text}")
+                time.sleep(0.02)
+            proc.send_signal(sig)
+            code = proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, log.read_text(errors="replace")

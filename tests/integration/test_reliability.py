@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from pytest_kimi.config import load_cluster
 from pytest_kimi.deploy.deployment import Deployment
 from pytest_kimi.deploy.executor import LocalExecutor, group_alive
 from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.testing.processes import signal_when
 
 pytest_plugins = ["pytester"]
 
@@ -160,23 +160,11 @@ def test_ctrl_c_between_starting_a_process_and_knowing_it_leaves_nothing(tmp_pat
 def _signal_when(project: pytest.Pytester, cluster: str, ready, sig: signal.Signals, *args: str):
     """Run the perf tests in a subprocess; send ``sig`` once ``ready(log_text, out_dir)``."""
     project.makefile(".yaml", cluster=cluster)
-    log = project.path / "run.log"
     argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide,deep",
             "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v", *args]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=project.path, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 90
-            while not ready(log.read_text(errors="replace"), project.path / "out"):
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.02)
-            proc.send_signal(sig)
-            code = proc.wait(timeout=90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    return code, log.read_text(errors="replace")
+    out = project.path / "out"
+    return signal_when(argv, project.path / "run.log", lambda log: ready(log, out), sig,
+                       cwd=project.path)  # fmt: skip
 
 
 def _measured_records(out: Path) -> int:

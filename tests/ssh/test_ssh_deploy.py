@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+
+from pytest_kimi.testing.processes import signal_when
 
 ROOT = Path(__file__).resolve().parents[2]
 PERF = ROOT / "tests" / "perf"
@@ -191,22 +191,9 @@ def _interrupt_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, ready, sig) -> t
         f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
         f"--rootdir={ROOT}", "-v", "--layout=tp32,pp8",
     ]  # fmt: skip
-    log = tmp_path / "pytest.log"
-    with log.open("wb") as out:  # `ip netns exec` execs: the pid is pytest's
-        proc = subprocess.Popen(ssh_hosts.in_hub(argv), cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-        try:
-            deadline = time.monotonic() + 120
-            while not ready(log.read_text(errors="replace")):
-                assert proc.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, log.read_text()[-4000:]
-                time.sleep(0.05)
-            proc.send_signal(sig)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    return code, log.read_text(errors="replace")
+    # `ip netns exec` execs: the pid signalled is pytest's
+    return signal_when(ssh_hosts.in_hub(argv), tmp_path / "pytest.log", ready, sig, cwd=ROOT,
+                       timeout_s=120)  # fmt: skip
 
 
 def test_ctrl_c_during_bring_up_over_ssh_stops_every_host(ssh_hosts, tmp_path):
