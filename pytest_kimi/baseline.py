@@ -10,27 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pytest_kimi import catalogue
 from pytest_kimi.files import atomic_write_text
 from pytest_kimi.stats import bootstrap_delta
 
 FORMAT = 1
-LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_(mean|median|p\d+(?:\.\d+)?)$")
-HIGHER_IS_BETTER = {
-    "output_throughput",
-    "input_throughput",
-    "total_throughput",
-    "request_throughput",
-    "success_rate",
-    "goodput",
-}
-DEFAULT_THRESHOLDS = {"ttft_p95": 0.10, "tpot_mean": 0.05, "output_throughput": 0.05}
+DEFAULT_THRESHOLDS = catalogue.DEFAULT_THRESHOLDS
 
 
 class BaselineError(ValueError):
@@ -45,7 +36,12 @@ def parse_thresholds(text: str, source: str) -> dict[str, float]:
         if not sep:
             raise BaselineError(f"{source}: expected METRIC:PERCENT, got {item!r}")
         name = name.strip()
-        if not (LATENCY.match(name) or name in HIGHER_IS_BETTER):
+        known = name in catalogue.AGGREGATES or name.partition("_")[0] in catalogue.LATENCY_PREFIXES
+        try:
+            judgeable = catalogue.gateable(catalogue.metric(name))
+        except catalogue.UnknownMetric:
+            judgeable = False
+        if not (known and judgeable):
             raise BaselineError(f"{source}: {name!r} is not a metric the gate can judge")
         value = value.strip()
         try:
@@ -76,7 +72,7 @@ class Judgement:
         if self.baseline == 0 or math.isnan(self.baseline) or math.isnan(self.current):
             return math.nan
         raw = (self.current - self.baseline) / self.baseline
-        return -raw if self.metric in HIGHER_IS_BETTER else raw
+        return -raw if catalogue.metric(self.metric).higher_is_better else raw
 
     @property
     def beyond_noise(self) -> bool:
@@ -142,9 +138,9 @@ def judge(
     """Compare one metric; ``baseline``/``current`` are a layout's snapshot entries."""
     base_value = _value(baseline, metric)
     cur_value = _value(current, metric)
-    match = LATENCY.match(metric)
-    if match:
-        prefix, stat = match.groups()
+    m = catalogue.metric(metric)
+    if m.per_request:
+        prefix, stat = m.prefix, m.stat
         a = baseline.get("samples", {}).get(prefix) or []
         b = current.get("samples", {}).get(prefix) or []
         ci = bootstrap_delta(a, b, stat, seed=seed)

@@ -3,7 +3,8 @@
 Pure functions, no I/O. Record times are wall seconds on the client's clock; every time
 difference is multiplied by ``time_scale`` to get cluster time (1 on a real cluster; 40 when
 the mock runs 40x faster than the cluster it models). Latencies are reported in milliseconds,
-durations in seconds, throughputs per cluster second.
+durations in seconds, throughputs per cluster second. The result type, :class:`Summary`, and
+its names live in :mod:`pytest_kimi.summary` and :mod:`pytest_kimi.catalogue`.
 
 Where ``bench_serving`` is misleading we keep its number (so results compare with peers) and
 add a correct one next to it, labelled: peak concurrency is reported both bucketed (its way)
@@ -13,229 +14,36 @@ and exact (a sweep over half-open intervals).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
 
-import numpy as np
-
+from pytest_kimi.summary import (
+    DEFAULT_PERCENTILES,
+    Distribution,
+    Summary,
+    distribution,
+    normalize_percentiles,
+    percentile_key,
+)
 from pytest_kimi.workload.records import RequestRecord
 
-DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+__all__ = [
+    "DEFAULT_PERCENTILES",
+    "GOODPUT_KEYS",
+    "Distribution",
+    "Summary",
+    "distribution",
+    "goodput",
+    "per_request_ms",
+    "percentile_key",
+    "summarize",
+]
 
 # bench_serving's output file always carries p99_*; we always compute it so those keys exist.
 _BENCH_SERVING_PERCENTILE = 99.0
-
 _NAN = float("nan")
-_SCALAR_STATS: tuple[str, ...] = ("mean", "median", "std", "min", "max")
-_PERCENTILE_STAT = re.compile(r"p(\d+(?:\.\d+)?)")
-# metric() prefix -> Summary attribute; bench_serving's key infix for to_dict().
-_LATENCIES: tuple[tuple[str, str, str], ...] = (
-    ("ttft", "ttft_ms", "ttft"),
-    ("tpot", "tpot_ms", "tpot"),
-    ("itl", "itl_ms", "itl"),
-    ("e2e", "e2e_ms", "e2e_latency"),
-)
 GOODPUT_KEYS: tuple[str, ...] = ("ttft", "tpot", "e2e")
-
-
-def percentile_key(q: float) -> str:
-    """Name a percentile the way reports do: 95.0 -> "p95", 99.9 -> "p99.9"."""
-    return "p" + np.format_float_positional(float(q), trim="-")
-
-
-def _normalize_percentiles(percentiles: Sequence[float]) -> tuple[float, ...]:
-    """Sorted, unique, validated: a typo like 950 should fail here, not as a numpy error."""
-    out: set[float] = set()
-    for q in percentiles:
-        value = float(q)
-        if not (0.0 <= value <= 100.0):
-            raise ValueError(f"percentile {q!r} is outside [0, 100]")
-        out.add(value)
-    return tuple(sorted(out))
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN/inf -> None and numpy scalars -> Python, so ``json.dumps`` emits valid JSON."""
-    if isinstance(value, Mapping):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """Summary statistics of one latency sample; every value is NaN when ``count`` is 0."""
-
-    count: int
-    mean: float
-    median: float
-    std: float
-    min: float
-    max: float
-    percentiles: dict[float, float]
-
-    def percentile(self, q: float) -> float:
-        """Look up a computed percentile; asking for one never computed is a caller bug."""
-        key = float(q)
-        if key not in self.percentiles:
-            computed = ", ".join(percentile_key(p) for p in self.percentiles) or "none"
-            raise KeyError(
-                f"percentile {q!r} was not computed (computed: {computed}); "
-                "pass it in `percentiles=`"
-            )
-        return self.percentiles[key]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view: percentiles as "p95", "p99.9"; NaN becomes None."""
-        out: dict[str, Any] = {
-            "count": self.count,
-            "mean": self.mean,
-            "median": self.median,
-            "std": self.std,
-            "min": self.min,
-            "max": self.max,
-        }
-        for q, value in self.percentiles.items():
-            out[percentile_key(q)] = value
-        return _json_safe(out)
-
-
-def distribution(
-    values: Sequence[float], percentiles: Sequence[float] = DEFAULT_PERCENTILES
-) -> Distribution:
-    """Describe a sample as bench_serving does: population std, numpy linear percentiles."""
-    qs = _normalize_percentiles(percentiles)
-    arr = np.asarray(values, dtype=float).ravel()
-    if arr.size == 0:
-        return Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {q: _NAN for q in qs})
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("distribution() needs finite values (got NaN or inf)")
-    pct = np.percentile(arr, qs) if qs else np.empty(0)
-    return Distribution(
-        count=int(arr.size),
-        mean=float(np.mean(arr)),
-        median=float(np.median(arr)),
-        std=float(np.std(arr)),
-        min=float(np.min(arr)),
-        max=float(np.max(arr)),
-        percentiles={q: float(v) for q, v in zip(qs, pct, strict=True)},
-    )
-
-
-@dataclass(frozen=True)
-class Summary:
-    """One run's numbers, named and serialized like ``bench_serving --output-file``."""
-
-    completed: int
-    failed: int
-    duration_s: float
-    total_input_tokens: int
-    total_output_tokens: int
-    request_throughput: float
-    input_throughput: float
-    output_throughput: float
-    total_throughput: float
-    ttft_ms: Distribution
-    tpot_ms: Distribution
-    itl_ms: Distribution
-    e2e_ms: Distribution
-    peak_concurrency: int
-    peak_concurrency_bucketed: int
-    time_scale: float
-    percentiles: tuple[float, ...]
-    goodput: float = _NAN  # req/s meeting every per-request limit; NaN when none configured
-    goodput_limits_ms: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def total(self) -> int:
-        """Every measured request: failures count, they never vanish."""
-        return self.completed + self.failed
-
-    @property
-    def success_rate(self) -> float:
-        """Completed / total; NaN when nothing ran (0 % would claim failures that never were)."""
-        return self.completed / self.total if self.total else _NAN
-
-    def _scalars(self) -> dict[str, float]:
-        return {
-            "request_throughput": self.request_throughput,
-            "input_throughput": self.input_throughput,
-            "output_throughput": self.output_throughput,
-            "total_throughput": self.total_throughput,
-            "duration": self.duration_s,
-            "success_rate": self.success_rate,
-            "completed": float(self.completed),
-            "failed": float(self.failed),
-            "peak_concurrency": float(self.peak_concurrency),
-            "peak_concurrency_bucketed": float(self.peak_concurrency_bucketed),
-            "total_input_tokens": float(self.total_input_tokens),
-            "total_output_tokens": float(self.total_output_tokens),
-            "goodput": self.goodput,
-        }
-
-    def _distributions(self) -> dict[str, Distribution]:
-        return {prefix: getattr(self, attr) for prefix, attr, _ in _LATENCIES}
-
-    def metric_names(self) -> list[str]:
-        """Every name :meth:`metric` accepts, so SLO specs can be validated up front."""
-        names = list(self._scalars())
-        for prefix, dist in self._distributions().items():
-            names += [f"{prefix}_{stat}" for stat in _SCALAR_STATS]
-            names += [f"{prefix}_{percentile_key(q)}" for q in dist.percentiles]
-        return names
-
-    def metric(self, name: str) -> float:
-        """One number by name (e.g. "ttft_p95", "output_throughput"), for SLO checks."""
-        scalars = self._scalars()
-        if name in scalars:
-            return scalars[name]
-        prefix, _, stat = name.partition("_")
-        dist = self._distributions().get(prefix)
-        if dist is not None:
-            if stat in _SCALAR_STATS:
-                return float(getattr(dist, stat))
-            match = _PERCENTILE_STAT.fullmatch(stat)
-            if match is not None and float(match.group(1)) in dist.percentiles:
-                return dist.percentiles[float(match.group(1))]
-        raise KeyError(f"unknown metric {name!r}; valid names: {', '.join(self.metric_names())}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """bench_serving's output-file keys plus ours; JSON-ready (NaN -> None)."""
-        out: dict[str, Any] = {
-            "completed": self.completed,
-            "failed": self.failed,
-            "success_rate": self.success_rate,
-            "duration": self.duration_s,
-            "total_input_tokens": self.total_input_tokens,
-            "total_output_tokens": self.total_output_tokens,
-            "request_throughput": self.request_throughput,
-            "input_throughput": self.input_throughput,
-            "output_throughput": self.output_throughput,
-            "total_throughput": self.total_throughput,
-        }
-        for _, attr, infix in _LATENCIES:
-            dist: Distribution = getattr(self, attr)
-            out[f"mean_{infix}_ms"] = dist.mean
-            out[f"median_{infix}_ms"] = dist.median
-            out[f"std_{infix}_ms"] = dist.std
-            for q, value in dist.percentiles.items():
-                out[f"{percentile_key(q)}_{infix}_ms"] = value
-        out["time_scale"] = self.time_scale
-        out["peak_concurrency_exact"] = self.peak_concurrency
-        out["max_concurrent_requests_bucketed"] = self.peak_concurrency_bucketed
-        out["percentiles"] = list(self.percentiles)
-        out["goodput"] = self.goodput
-        out["goodput_limits_ms"] = dict(self.goodput_limits_ms)
-        out["distributions"] = {attr: getattr(self, attr).to_dict() for _, attr, _ in _LATENCIES}
-        return _json_safe(out)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -371,8 +179,8 @@ def summarize(
     time adds no TTFT/TPOT. p99 is always computed (bench_serving's output always has it).
     """
     scale = _check_time_scale(time_scale)
-    configured = _normalize_percentiles(percentiles)
-    stat_percentiles = _normalize_percentiles((*configured, _BENCH_SERVING_PERCENTILE))
+    configured = normalize_percentiles(percentiles)
+    stat_percentiles = normalize_percentiles((*configured, _BENCH_SERVING_PERCENTILE))
     measured = _measured(records)
     ok = [r for r in measured if r.success]
 

@@ -11,19 +11,14 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_kimi.metrics import Summary
+from pytest_kimi import catalogue
 
-_LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_(mean|median|std|min|max|p\d+(?:\.\d+)?)$")
-_LOWER_BOUND = {
-    "success_rate": "",
-    "request_throughput": "req/s",
-    "input_throughput": "tok/s",
-    "output_throughput": "tok/s",
-    "total_throughput": "tok/s",
-    "completed": "",
-    "goodput": "req/s",
-}
+if TYPE_CHECKING:
+    from pytest_kimi.summary import Summary
+
+_FLOORS = tuple(n for n, m in catalogue.AGGREGATES.items() if catalogue.sloable(m))
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s|min)?\s*$")
 _UNIT_MS = {None: 1.0, "ms": 1.0, "s": 1000.0, "min": 60000.0}
 
@@ -89,31 +84,37 @@ def format_value(value: float, unit: str) -> str:
 
 
 def parse_slo(name: str, value: str | float, source: str) -> Slo:
-    """One SLO from ``name`` and a value such as ``25s``, ``150ms`` or ``0.99``."""
+    """One SLO from ``name`` and a value such as ``25s``, ``150ms`` or ``0.99``.
+
+    Which names are allowed, their unit and whether the limit is a ceiling or a floor all come
+    from :mod:`pytest_kimi.catalogue`."""
     name = name.strip()
     text = str(value).strip()
-    latency = _LATENCY.match(name)
-    if latency:
-        stat = latency.group(2)
-        if stat.startswith("p") and not 0 < float(stat[1:]) <= 100:
-            raise SloError(f"{source}: SLO {name}: percentile {stat[1:]} is not in (0, 100]")
+    try:
+        m = catalogue.metric(name)
+    except catalogue.UnknownMetric as exc:
+        if "percentile" in str(exc):  # a latency name with a percentile out of range
+            raise SloError(f"{source}: SLO {name}: {str(exc).split(': ', 1)[1]}") from None
+        known = ", ".join(["ttft_/tpot_/itl_/e2e_ + mean|median|pNN", *_FLOORS])
+        raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})") from None
+    if not catalogue.sloable(m):
+        known = ", ".join(["ttft_/tpot_/itl_/e2e_ + mean|median|pNN", *_FLOORS])
+        raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})")
+    if m.unit == "ms":
         match = _DURATION.match(text)
         if not match:
             raise SloError(f"{source}: SLO {name}={text!r}: expected a duration like 25s or 150ms")
         limit_ms = float(match.group(1)) * _UNIT_MS[match.group(2)]
-        return Slo(name, limit_ms, True, "ms", source)
-    if name in _LOWER_BOUND:
-        try:
-            limit = float(text)
-        except ValueError:
-            raise SloError(f"{source}: SLO {name}={text!r}: expected a number") from None
-        if not math.isfinite(limit) or limit < 0:
-            raise SloError(f"{source}: SLO {name}={text!r}: expected a finite number >= 0")
-        if name == "success_rate" and limit > 1:
-            raise SloError(f"{source}: SLO {name}={text!r}: a rate between 0 and 1")
-        return Slo(name, limit, False, _LOWER_BOUND[name], source)
-    known = "ttft_/tpot_/itl_/e2e_ + mean|median|pNN, " + ", ".join(_LOWER_BOUND)
-    raise SloError(f"{source}: unknown SLO metric {name!r} (known: {known})")
+        return Slo(name, limit_ms, m.upper_bound, "ms", source)
+    try:
+        limit = float(text)
+    except ValueError:
+        raise SloError(f"{source}: SLO {name}={text!r}: expected a number") from None
+    if not math.isfinite(limit) or limit < 0:
+        raise SloError(f"{source}: SLO {name}={text!r}: expected a finite number >= 0")
+    if name == "success_rate" and limit > 1:
+        raise SloError(f"{source}: SLO {name}={text!r}: a rate between 0 and 1")
+    return Slo(name, limit, m.upper_bound, "" if m.unit == "count" else m.unit, source)
 
 
 def parse_assignment(text: str, source: str) -> tuple[str | None, Slo]:
@@ -150,9 +151,9 @@ def percentiles_needed(slos: Iterable[Slo]) -> set[float]:
     """Percentiles the SLOs refer to (``ttft_p97`` -> 97.0), so the summary computes them."""
     out = set()
     for slo in slos:
-        match = _LATENCY.match(slo.name)
-        if match and match.group(2).startswith("p"):
-            out.add(float(match.group(2)[1:]))
+        q = catalogue.metric(slo.name).percentile
+        if q is not None:
+            out.add(q)
     return out
 
 

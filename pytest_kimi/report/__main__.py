@@ -13,8 +13,7 @@ from pathlib import Path
 
 from pytest_kimi.report.comparison import build_comparison, render_markdown, render_text
 from pytest_kimi.report.html import render_html
-from pytest_kimi.report.resultdir import write_json, write_text
-from pytest_kimi.report.saved import SavedRunError, load_layout
+from pytest_kimi.store import SavedRunError, load_layout, write_comparison
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         backend=first.get("backend", "sglang"),
         time_scale=float(first.get("time_scale") or 1.0),
     )
-    write_json(args.out / "comparison.json", model)
-    write_text(args.out / "comparison.md", render_markdown(model))
-    write_text(args.out / "report.html", render_html(model, {r.name: r.records for r in results}))
+    html = render_html(model, {r.name: r.records for r in results})
+    write_comparison(args.out, model, render_markdown(model), html)
     print(render_text(model))
     print(f"wrote {args.out / 'comparison.md'}, comparison.json, report.html")
     return 0

@@ -9,48 +9,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_kimi.metrics import Summary, per_request_ms
-from pytest_kimi.slo import Verdict, format_value
+from pytest_kimi import catalogue
+from pytest_kimi.metrics import per_request_ms
+from pytest_kimi.result import LayoutResult, verdict_to_dict
+from pytest_kimi.slo import format_value
 from pytest_kimi.stats import bootstrap_delta
+from pytest_kimi.summary import Summary
+
+__all__ = ["ROWS", "LayoutResult", "build_comparison", "incomplete_reasons", "render_markdown"]
 
 
-@dataclass
-class LayoutResult:
-    """What one layout's run produced (or why it produced nothing)."""
-
-    name: str
-    label: str
-    summary: Summary | None = None
-    verdicts: list[Verdict] = field(default_factory=list)
-    error: str = ""
-    result_dir: str = ""
-    notes: list[str] = field(default_factory=list)
-    records: list = field(default_factory=list, repr=False)  # RequestRecord, kept for notes
-
-
-# (metric name for Summary.metric, row label, unit)
-ROWS: tuple[tuple[str, str, str], ...] = (
-    ("completed", "Successful requests", "count"),
-    ("failed", "Failed requests", "count"),
-    ("duration", "Benchmark duration", "s"),
-    ("input_throughput", "Input TPS", "tok/s"),
-    ("output_throughput", "Output TPS", "tok/s"),
-    ("total_throughput", "Total TPS", "tok/s"),
-    ("ttft_mean", "TTFT mean", "ms"),
-    ("ttft_median", "TTFT median", "ms"),
-    ("ttft_p95", "TTFT p95", "ms"),
-    ("ttft_p99", "TTFT p99", "ms"),
-    ("tpot_mean", "TPOT mean", "ms"),
-    ("tpot_median", "TPOT median", "ms"),
-    ("tpot_p95", "TPOT p95", "ms"),
-    ("e2e_mean", "E2E mean", "ms"),
-    ("e2e_p95", "E2E p95", "ms"),
-    ("peak_concurrency", "Peak concurrent requests (exact)", "count"),
-    ("goodput", "Goodput (req/s meeting per-request SLOs)", "req/s"),
+ROWS: tuple[tuple[str, str, str], ...] = tuple(
+    (name, catalogue.metric(name).label, catalogue.metric(name).unit)
+    for name in catalogue.COMPARISON_ROWS
 )
+"""(metric, row label, unit) of the table, from the catalogue."""
 
 
 def _value(summary: Summary | None, metric: str) -> float | None:
@@ -105,18 +80,7 @@ def build_comparison(
                 "error": r.error,
                 "notes": list(r.notes),
                 "summary": r.summary.to_dict() if r.summary else None,
-                "slo": [
-                    {
-                        "name": v.slo.name,
-                        "limit": v.slo.limit,
-                        "unit": v.slo.unit,
-                        "upper_bound": v.slo.upper,
-                        "measured": None if math.isnan(v.measured) else v.measured,
-                        "passed": v.passed,
-                        "source": v.slo.source,
-                    }
-                    for v in r.verdicts
-                ],
+                "slo": [verdict_to_dict(v) for v in r.verdicts],
             }
         )
     reasons = incomplete_reasons(results, stopped_early)
@@ -148,9 +112,10 @@ def _intervals(
     samples: dict[str, dict[str, list[float]] | None],
 ) -> dict[str, dict | None] | None:
     """Bootstrap CIs of a latency row's deltas; None for rows that are not latencies."""
-    prefix, _, stat = metric.partition("_")
+    m = catalogue.metric(metric)
+    prefix, stat = m.prefix, m.stat
     base = samples.get(ref)
-    if prefix not in ("ttft", "tpot", "e2e") or base is None:
+    if not m.per_request or base is None:
         return None
     out: dict[str, dict | None] = {}
     for r in others:

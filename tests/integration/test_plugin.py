@@ -58,7 +58,8 @@ def test_full_run_writes_junit_reports_and_leaves_nothing(project: pytest.Pytest
         p.get("name"): p.get("value") for p in by_name["test_slo[deep-ttft_p95]"].iter("property")
     }
     assert props["layout"] == "deep" and props["completed"] == "6"
-    assert float(props["p95_ttft_ms"]) > 0 and "mean_tpot_ms" in props
+    assert float(props["ttft_p95"]) > 0 and "tpot_mean" in props  # catalogue names, as in ids
+    assert not [name for name in props if name.endswith("_ms")]  # one name per figure
 
     [run] = list((project.path / "out").iterdir())
     comparison = json.loads((run / "comparison.json").read_text())
@@ -300,7 +301,7 @@ def test_pytest_benchmark_records_each_layout_run(project: pytest.Pytester):
     benchmarks = {b["name"]: b for b in json.loads(saved.read_text())["benchmarks"]}
     assert set(benchmarks) == {"test_workload[wide]", "test_workload[deep]"}
     extra = benchmarks["test_workload[deep]"]["extra_info"]
-    assert extra["layout"] == "deep" and extra["completed"] == 6 and extra["p95_ttft_ms"] > 0
+    assert extra["layout"] == "deep" and extra["completed"] == 6 and extra["ttft_p95"] > 0
     assert benchmarks["test_workload[deep]"]["stats"]["rounds"] == 1
     import subprocess
     import sys
@@ -316,6 +317,10 @@ def test_pytest_benchmark_records_each_layout_run(project: pytest.Pytester):
 def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(
     project: pytest.Pytester, leftovers
 ):
+    with_goodput = SMALL_CLUSTER.replace(
+        "  warmup_requests: 1\n", "  warmup_requests: 1\n  goodput: {ttft: 60s, tpot: 1s}\n"
+    )
+    project.makefile(".yaml", cluster=with_goodput)
     result = project.runpytest_subprocess(
         "--cluster=cluster.yaml", "--layout=wide,deep", "--kimi-report-dir=out",
         "-n", "2", "-p", "no:cacheprovider",
@@ -328,3 +333,19 @@ def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(
     assert (run / "report.html").exists() and (run / "comparison.md").exists()
     result.stdout.fnmatch_lines(["*pytest-kimi layout comparison*", "*deep vs wide*"])
     assert leftovers(project.path) == []
+
+    # the controller's goodput row is what each worker measured, not n/a
+    [goodput] = [row for row in comparison["rows"] if row["metric"] == "goodput"]
+    for name in ("wide", "deep"):
+        measured = json.loads((run / name / "summary.json").read_text())["goodput"]
+        assert measured is not None and goodput["values"][name] == measured
+
+    # re-rendering the saved folders reproduces every figure, byte for byte
+    from pytest_kimi.report.__main__ import main
+
+    assert main([str(run / "wide"), str(run / "deep"), "--out", str(project.path / "again")]) == 0
+    again = json.loads((project.path / "again" / "comparison.json").read_text())
+    assert json.dumps(again["rows"]) == json.dumps(comparison["rows"])
+    for mine, theirs in zip(again["layouts"], comparison["layouts"], strict=True):
+        for key in ("summary", "slo", "notes", "error"):
+            assert json.dumps(mine[key]) == json.dumps(theirs[key]), key

@@ -9,7 +9,7 @@ import numpy as np
 
 from pytest_kimi.metrics import summarize
 from pytest_kimi.report.__main__ import main
-from pytest_kimi.report.resultdir import write_json
+from pytest_kimi.store import write_json
 from pytest_kimi.workload.records import Chunk, RequestRecord, write_records
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.report.resultdir import (
+from pytest_kimi.store import (
     client_environment,
     make_run_dir,
     new_run_id,

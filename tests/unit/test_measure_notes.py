@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_kimi.session import prompt_length_notes
+from pytest_kimi.measure import prompt_length_notes
 from pytest_kimi.workload.records import RequestRecord
 
 

@@ -1,0 +1,147 @@
+"""Bring one layout up, hand out its router URL, and always tear it down.
+
+Start every node process and the router (:class:`~pytest_kimi.deploy.deployment.Deployment`),
+record each node's environment in the manifest, check the router can see the model, warm each
+replica, and on the way out (pass, failure, Ctrl-C, SIGTERM) stop everything, scan the logs
+and write the layout's summary, so a failed bring-up still leaves a result that says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import signal
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from pytest_kimi.procgroup import sigterm_as_interrupt
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.deployment import Deployment
+    from pytest_kimi.deploy.executor import Executor
+    from pytest_kimi.deploy.plan import DeploymentPlan
+    from pytest_kimi.inputs import Inputs
+    from pytest_kimi.result import LayoutResult
+    from pytest_kimi.store import RunFolder
+
+Say = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def deployment(
+    inputs: Inputs,
+    layout: Layout,
+    folder: RunFolder,
+    result: LayoutResult,
+    say: Say,
+    on_manifest: Callable[[DeploymentPlan | None, list[dict] | None], None],
+) -> Iterator[DeploymentPlan]:
+    """The layout's deployment, up and warm; yields its plan (``plan.endpoint`` is the router).
+
+    ``on_manifest`` is called with what is known so far: the plan before launch, then the nodes'
+    environments once they are up."""
+    from pytest_kimi.deploy.deployment import Deployment
+    from pytest_kimi.deploy.plan import plan_deployment
+
+    plan = plan_deployment(inputs.cluster, layout)
+    on_manifest(plan, None)
+    executor = _executor(inputs, folder, layout)
+    dep = Deployment(
+        plan,
+        executor,
+        folder.logs(layout.name),
+        timeout_s=inputs.cluster.startup_timeout_s,
+        progress=lambda m: say(f"[kimi {layout.name}] {m}"),
+    )
+    with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+        say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
+        dep.start()
+        on_manifest(plan, _node_environments(inputs, executor, plan))
+        result.notes.extend(_router_model_notes(inputs, executor, plan))
+        warm_replicas(plan)
+        yield plan
+
+
+def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
+    from pytest_kimi.deploy.executor import LocalExecutor
+    from pytest_kimi.deploy.ssh import SSHExecutor
+
+    if inputs.cluster.executor == "ssh":
+        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}")
+    return LocalExecutor()
+
+
+@contextlib.contextmanager
+def _teardown(
+    dep: Deployment,
+    inputs: Inputs,
+    layout: Layout,
+    folder: RunFolder,
+    result: LayoutResult,
+    say: Say,
+) -> Iterator[None]:
+    """Whatever happens inside: record why it failed, stop everything, write the summary.
+    A Ctrl-C held during a clean teardown is delivered once everything is stopped."""
+    from pytest_kimi.report.dataquality import notes as quality_notes
+    from pytest_kimi.report.dataquality import replica_split, scan_logs
+
+    failing = False
+    try:
+        yield
+    except BaseException as exc:
+        failing = True
+        if not result.error:
+            result.error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        leftovers = dep.stop()
+        say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
+        split = replica_split(result.records) if result.records else {}
+        findings = scan_logs(dep.log_dir, dep.log_marks)
+        result.notes.extend(quality_notes(findings, split, inputs.cluster.replicas))
+        if leftovers:
+            result.notes.append("processes left running after teardown: " + ", ".join(leftovers))
+        folder.write_summary(result, inputs.backend, inputs.time_scale)
+        if dep.held_signal is not None and not failing:
+            raise KeyboardInterrupt(f"signal {signal.Signals(dep.held_signal).name}")
+
+
+def _node_environments(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[dict]:
+    """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set."""
+    from pytest_kimi.deploy.envinfo import node_environment
+
+    seen: dict[str, dict] = {}
+    for spec in plan.processes:
+        if spec.node.name in seen:
+            continue
+        cfg = inputs.cluster.router if spec.role == "router" else inputs.cluster.server
+        python = (*cfg.wrapper, cfg.python)
+        seen[spec.node.name] = node_environment(executor, spec.node, python, spec.env)
+    return list(seen.values())
+
+
+def _router_model_notes(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[str]:
+    """The router loads each worker's tokenizer from its model path: is it there?"""
+    from pytest_kimi.deploy.plan import resolve_model_path
+
+    cluster = inputs.cluster
+    path = cluster.router.model_mount or resolve_model_path(cluster.server.model_path)
+    code, _ = executor.run(plan.router.node, f"test -d {shlex.quote(path)}", 30)
+    if code == 0:
+        return []
+    return [
+        f"router host {plan.router.node.name} has no {path}: the router cannot load the "
+        "workers' tokenizer (harmless for round_robin); mount the model read-only there"
+    ]
+
+
+def warm_replicas(plan: DeploymentPlan) -> None:
+    """One short request per replica, straight to rank 0 (not through the router)."""
+    import httpx
+
+    body = {"text": "warm up", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
+    with httpx.Client(timeout=600.0, trust_env=False) as http:
+        for spec in plan.rank0():
+            response = http.post(spec.url + "/generate", json=body)
+            response.raise_for_status()

@@ -1,0 +1,128 @@
+"""Everything a run needs, checked and parsed once, before anything starts.
+
+The cluster file validates itself (:mod:`pytest_kimi.config`); here it meets the command line:
+which layouts, SLO overrides per layout, regression thresholds, the baseline to judge against,
+and the workload's prompts. Any problem is a :class:`UsageProblem` (pytest's usage error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_kimi import catalogue
+from pytest_kimi import slo as slo_mod
+from pytest_kimi.options import Options
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import ClusterConfig, Layout
+    from pytest_kimi.workload.dataset import Workload
+
+
+class UsageProblem(ValueError):
+    """Bad input found before anything started: shown as pytest's usage error."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Validated, typed inputs of a run."""
+
+    options: Options
+    cluster: ClusterConfig
+    layouts: tuple[Layout, ...]
+    slos: dict[str, dict[str, slo_mod.Slo]]  # layout name -> SLO name -> SLO
+    workload: Workload | None  # None only for a dry run
+    thresholds: dict[str, float] = field(default_factory=dict)  # regression gate, per metric
+    baseline: dict[str, Any] | None = None
+
+    @property
+    def backend(self) -> str:
+        """``attached`` (--kimi-endpoint), ``mock`` or ``sglang``."""
+        from pytest_kimi.deploy.plan import MOCK_MODULE
+
+        if self.options.endpoint:
+            return "attached"
+        return "mock" if self.cluster.server.module == MOCK_MODULE else "sglang"
+
+    @property
+    def time_scale(self) -> float:
+        """Cluster seconds per wall second: the mock's scale, else 1."""
+        return self.cluster.time_scale if self.backend == "mock" else 1.0
+
+    def percentiles(self, layout: str) -> list[float]:
+        """The workload's percentiles plus those this layout's SLOs name."""
+        needed = slo_mod.percentiles_needed(self.slos[layout].values())
+        return sorted({*self.cluster.workload.percentiles, *needed})
+
+    def baseline_metrics(self) -> list[str]:
+        """What a baseline keeps of each layout: the standard set and every gated metric."""
+        return sorted({*catalogue.BASELINE_METRICS, *self.thresholds})
+
+
+def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
+    """Validate everything up front; problems raise :class:`UsageProblem`.
+
+    A dry run reads no dataset: it prints commands for a cluster whose data may only exist
+    there."""
+    from pytest_kimi import baseline as baseline_mod
+    from pytest_kimi.config import ConfigError, load_cluster
+    from pytest_kimi.workload.dataset import DatasetError, load_workload, resolve_dataset
+
+    try:
+        cluster = load_cluster(options.cluster_path)
+        names = options.layouts or tuple(cluster.layouts)
+        layouts = tuple(cluster.layout(name) for name in names)
+        slos = layout_slos(cluster, layouts, options.slo_overrides)
+        wl = cluster.workload
+        workload = None
+        if not dry_run:
+            workload = load_workload(
+                resolve_dataset(wl.dataset, cluster.path.parent),
+                num_requests=wl.num_requests + wl.warmup_requests,
+                seed=wl.seed,
+                category=wl.category,
+            )
+        thresholds = {
+            **catalogue.DEFAULT_THRESHOLDS,
+            **_regression(cluster),
+            **baseline_mod.parse_thresholds(options.fail_thresholds, "--kimi-fail"),
+        }
+        baseline = baseline_mod.load(options.baseline) if options.baseline else None
+    except (ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError) as exc:
+        raise UsageProblem(str(exc)) from None
+    if options.endpoint and len(layouts) != 1:
+        raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
+    return Inputs(options, cluster, layouts, slos, workload, thresholds, baseline)
+
+
+def layout_slos(
+    cluster: ClusterConfig, layouts: tuple[Layout, ...], overrides: tuple[str, ...]
+) -> dict[str, dict[str, slo_mod.Slo]]:
+    """Per layout: the cluster's SLOs, then the layout's own, then ini/CLI overrides
+    (``NAME=VALUE`` for every layout, ``LAYOUT:NAME=VALUE`` for one)."""
+    parsed = [slo_mod.parse_assignment(text, "--kimi-slo") for text in overrides]
+    for layout_name, slo in parsed:
+        if layout_name is not None and layout_name not in cluster.layouts:
+            known = ", ".join(cluster.layouts)
+            raise slo_mod.SloError(
+                f"--kimi-slo {layout_name}:{slo.name}: unknown layout {layout_name!r} ({known})"
+            )
+    out = {}
+    for layout in layouts:
+        own = slo_mod.from_mapping(dict(layout.slo), f"{cluster.path} layouts.{layout.name}")
+        cli = [slo for name, slo in parsed if name in (None, layout.name)]
+        out[layout.name] = slo_mod.merge(
+            slo_mod.from_mapping(cluster.slo, str(cluster.path)), own, cli
+        )
+    return out
+
+
+def _regression(cluster: ClusterConfig) -> dict[str, float]:
+    # TEMP until config parses regression thresholds itself
+    found = getattr(cluster, "regression_thresholds", None)
+    if found is not None:
+        return dict(found)
+    from pytest_kimi import baseline as baseline_mod
+
+    text = ",".join(f"{k}:{v}" for k, v in cluster.regression.items())
+    return baseline_mod.parse_thresholds(text, f"{cluster.path} regression")

@@ -1,0 +1,76 @@
+"""Judge a measured layout: SLO verdicts, and the regression gate against a stored baseline.
+
+Pure functions of the inputs and the results; the only file operation is saving a baseline,
+which is refused for an incomplete run (a partial run must never become the reference that
+later nights are judged against).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_kimi import baseline as baseline_mod
+from pytest_kimi import slo as slo_mod
+
+if TYPE_CHECKING:
+    from pytest_kimi.inputs import Inputs
+    from pytest_kimi.result import LayoutResult
+
+
+def verdicts(inputs: Inputs, result: LayoutResult) -> list[slo_mod.Verdict]:
+    """The layout's configured SLOs against its summary (none when nothing was measured)."""
+    if result.summary is None:
+        return []
+    return [slo_mod.evaluate(s, result.summary) for s in inputs.slos[result.name].values()]
+
+
+def baseline_entry(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
+    """What a baseline keeps of one layout: its metrics and per-request samples."""
+    from pytest_kimi.metrics import per_request_ms
+
+    assert result.summary is not None
+    return {
+        "label": result.label,
+        "metrics": baseline_mod.metrics_of(result.summary, inputs.baseline_metrics()),
+        "samples": per_request_ms(result.records, time_scale=inputs.time_scale),
+    }
+
+
+def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mod.Judgement:
+    """This run's ``metric`` on the layout against the loaded baseline."""
+    assert inputs.baseline is not None
+    saved = inputs.baseline["layouts"].get(result.name)
+    if saved is None:
+        known = ", ".join(inputs.baseline["layouts"]) or "none"
+        raise baseline_mod.BaselineError(
+            f"the baseline has no layout {result.name!r} (it has: {known}); save one with "
+            "--kimi-save-baseline"
+        )
+    if result.summary is None:
+        raise baseline_mod.BaselineError(f"{result.name} was not measured: {result.error}")
+    current = baseline_entry(inputs, result)
+    return baseline_mod.judge(result.name, metric, inputs.thresholds[metric], saved, current)
+
+
+def save_baseline(
+    inputs: Inputs, results: Sequence[LayoutResult], incomplete: list[str], run_id: str
+) -> tuple[Path | None, str]:
+    """Store the run as the baseline at ``--kimi-save-baseline``; (path, "") when saved,
+    (None, why) when refused, (None, "") when not asked for."""
+    path = inputs.options.save_baseline
+    if path is None:
+        return None, ""
+    if incomplete:
+        return (
+            None,
+            f"baseline NOT saved to {path}: the run is incomplete ({'; '.join(incomplete)})",
+        )
+    measured = {r.name: baseline_entry(inputs, r) for r in results if r.summary is not None}
+    if not measured:
+        return None, ""
+    meta = {"cluster": inputs.cluster.name, "backend": inputs.backend,
+            "time_scale": inputs.time_scale, "run_id": run_id}  # fmt: skip
+    baseline_mod.save(path, baseline_mod.snapshot(measured, meta))
+    return path, ""

@@ -1,0 +1,66 @@
+"""``manifest.json``: what exactly ran for a layout, so a result can be reproduced and trusted.
+
+Launch command lines per process (secrets redacted), versions, the workload with the dataset's
+SHA-256, SLOs, and, once the nodes are up, each node's environment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_kimi.store import client_environment
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.plan import DeploymentPlan
+    from pytest_kimi.inputs import Inputs
+
+_WORKLOAD_FIELDS = (
+    "num_requests", "input_len", "output_len", "concurrency", "warmup_requests", "api", "seed",
+    "category", "request_timeout_s",
+)  # fmt: skip
+
+
+def manifest(
+    inputs: Inputs,
+    layout: Layout,
+    run_id: str,
+    plan: DeploymentPlan | None,
+    nodes: list[dict] | None = None,
+) -> dict[str, Any]:
+    """The manifest of ``layout``; ``plan`` is None when attached to a running endpoint."""
+    cluster, wl = inputs.cluster, inputs.cluster.workload
+    out: dict[str, Any] = {
+        "run_id": run_id,
+        "layout": {"name": layout.name, "tp": layout.tp, "pp": layout.pp, "ep": layout.ep},
+        "cluster": {"name": cluster.name, "file": str(cluster.path)},
+        "backend": inputs.backend,
+        "time_scale": inputs.time_scale,
+        "replicas": cluster.replicas,
+        "nodes_per_replica": cluster.nodes_per_replica,
+        "workload": {
+            **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
+            "request_rate": str(wl.request_rate),
+            "dataset": inputs.workload.manifest() if inputs.workload else None,
+        },
+        "slo": {name: s.describe() for name, s in inputs.slos[layout.name].items()},
+        "client": client_environment(),
+        "endpoint": inputs.options.endpoint,
+    }
+    if plan is not None:
+        out["processes"] = [
+            {
+                "name": p.name,
+                "node": p.node.name,
+                "host": p.node.host,
+                "role": p.role,
+                "replica": p.replica,
+                "rank": p.rank,
+                "command": p.command_line(redact=True),
+            }
+            for p in plan.processes
+        ]
+        out["router_url"] = plan.endpoint
+    if nodes is not None:
+        out["nodes"] = nodes
+    return out

@@ -1,0 +1,192 @@
+"""Run the workload once against a layout's endpoint and turn its records into a summary.
+
+Every record is kept: finished ones go to a flushed journal at once (a killed harness keeps
+them), and an interrupted run (Ctrl-C, SIGTERM, a client crash) keeps the in-flight ones too,
+marked, with an error saying how far it got. The router's retry counters are read before and
+after, so a failure the router hid by retrying is still seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pytest_kimi.workload.records import RequestRecord
+
+if TYPE_CHECKING:
+    from collections import Counter
+
+    from pytest_kimi.config import Layout
+    from pytest_kimi.inputs import Inputs
+    from pytest_kimi.result import LayoutResult
+    from pytest_kimi.store import RunFolder
+
+Say = Callable[[str], None]
+
+
+def measure(
+    inputs: Inputs,
+    layout: Layout,
+    endpoint: str,
+    folder: RunFolder,
+    result: LayoutResult,
+    say: Say,
+    router_metrics_url: str | None = None,
+) -> None:
+    """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``."""
+    from pytest_kimi.metrics import summarize
+    from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+    from pytest_kimi.workload.records import RecordJournal
+
+    assert inputs.workload is not None, "a dry run measures nothing"
+    wl = inputs.cluster.workload
+    prompts = [RequestSpec(p.id, p.text, wl.input_len) for p in inputs.workload.prompts]
+    warmup, measured = prompts[: wl.warmup_requests], prompts[wl.warmup_requests :]
+    options = ClientOptions(
+        api=wl.api,
+        output_len=wl.output_len,
+        concurrency=wl.concurrency,
+        request_rate=wl.request_rate * inputs.time_scale,
+        timeout_s=wl.request_timeout_s / inputs.time_scale,
+        model=inputs.cluster.server.model_path,
+        seed=wl.seed,
+    )
+    started: list[RequestRecord] = []
+    completed: set[int] = set()  # id() of records whose request ran to its end
+    journal = RecordJournal(folder.journal_path(layout.name))
+    progress = _progress(layout.name, len(measured), say)
+
+    def finished(record: RequestRecord) -> None:
+        completed.add(id(record))
+        journal.add(record)
+        if not record.warmup:
+            progress()
+
+    router_before = _router_counters(router_metrics_url)
+    began = time.monotonic()
+    try:
+        records = asyncio.run(
+            run_requests(endpoint, measured, options, warmup=warmup,
+                         on_start=started.append, on_done=finished)
+        )  # fmt: skip
+        folder.write_records(layout.name, records)
+        result.records = records
+        result.notes.extend(prompt_length_notes(records, wl.input_len))
+        result.summary = summarize(
+            records,
+            time_scale=inputs.time_scale,
+            percentiles=inputs.percentiles(layout.name),
+            goodput_limits_ms=_goodput_ms(inputs),
+        )
+    except BaseException as exc:
+        _keep_interrupted_run(folder, layout.name, result, started, completed, exc, len(measured))
+        journal.discard()  # records.jsonl now holds everything it had
+        raise
+    journal.discard()
+    result.notes.extend(_router_notes(router_metrics_url, router_before))
+    say(
+        f"[kimi {layout.name}] measured {len(measured)} requests in "
+        f"{time.monotonic() - began:.1f}s wall"
+    )
+
+
+def _goodput_ms(inputs: Inputs) -> dict[str, float]:
+    wl = inputs.cluster.workload
+    found = getattr(wl, "goodput_ms", None)  # TEMP until config parses goodput itself
+    if found is not None:
+        return dict(found)
+    from pytest_kimi.slo import parse_duration_ms
+
+    return {k: parse_duration_ms(v, f"workload.goodput.{k}") for k, v in wl.goodput.items()}
+
+
+def _progress(name: str, total: int, say: Say) -> Callable[[], None]:
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if done % 10 == 0 or done == total:
+            say(f"[kimi {name}] {done}/{total} requests done")
+
+    return step
+
+
+def _keep_interrupted_run(
+    folder: RunFolder,
+    layout: str,
+    result: LayoutResult,
+    started: list[RequestRecord],
+    completed: set[int],
+    exc: BaseException,
+    wanted: int,
+) -> None:
+    """A run stopped part-way: keep every record, the unfinished ones marked, and say in the
+    result how far it got."""
+    from pytest_kimi.workload.client import close_unfinished
+
+    why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    unfinished = [r for r in started if id(r) not in completed]
+    close_unfinished(unfinished, f"interrupted before completion ({why})")
+    folder.write_records(layout, started)
+    result.records, result.summary, result.verdicts = started, None, []
+    measured = [r for r in started if not r.warmup]
+    finished = sum(1 for r in measured if id(r) in completed)
+    result.error = (
+        f"run interrupted after {finished} of {wanted} requests finished "
+        f"({len(measured) - finished} in flight, kept as failed records): {why}"
+    )
+
+
+def _router_counters(url: str | None) -> Counter[tuple[str, str]] | None:
+    """The router's retry and upstream counters now (None: not ours, or unreachable)."""
+    if url is None:
+        return None
+    import httpx
+
+    from pytest_kimi.report.routermetrics import counters
+
+    try:
+        response = httpx.get(url, timeout=5.0, trust_env=False)
+        response.raise_for_status()
+        return counters(response.text)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> list[str]:
+    from pytest_kimi.report.routermetrics import notes
+
+    if before is None:
+        return []
+    after = _router_counters(url)
+    if after is None:
+        return ["router metrics unavailable after the run: retries were not checked"]
+    return notes(before, after)
+
+
+def prompt_length_notes(
+    records: list[RequestRecord], nominal: int, tolerance: float = 0.10
+) -> list[str]:
+    """Warn where the server counted a prompt more than ``tolerance`` off its nominal length.
+
+    SPEED-Bench pads prompts with tiktoken's o200k_base, so "16K" is nominal for the served
+    model's tokenizer; a large gap means the workload is not the one the table claims.
+    """
+    off = [
+        r
+        for r in records
+        if not r.warmup
+        and r.prompt_tokens is not None
+        and abs(r.prompt_tokens - nominal) > tolerance * nominal
+    ]
+    if not off:
+        return []
+    worst = max(off, key=lambda r: abs(r.prompt_tokens - nominal))
+    return [
+        f"{len(off)} of {sum(not r.warmup for r in records)} prompts differ from the nominal "
+        f"{nominal} input tokens by more than {tolerance:.0%} as counted by the server "
+        f"(worst: {worst.prompt_id} with {worst.prompt_tokens})"
+    ]

@@ -1,0 +1,140 @@
+"""Command-line options and ini keys, and their resolution into :class:`~pytest_kimi.inputs.
+Options`. Standard library and pytest only: this runs in every pytest session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+DEFAULT_CLUSTER = Path(__file__).parent / "data" / "local.yaml"
+"""The embedded mock backend's cluster file, shipped in the package (clusters/local.yaml is a
+copy to read; a test keeps them equal)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The ``--layout`` / ``--cluster`` / ``--kimi-*`` options, resolved."""
+
+    cluster_path: Path
+    layouts: tuple[str, ...]  # empty: every layout of the cluster
+    report_dir: Path
+    slo_overrides: tuple[str, ...] = ()
+    endpoint: str | None = None
+    save_baseline: Path | None = None
+    baseline: Path | None = None
+    fail_thresholds: str = ""
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kimi", "pytest-kimi: LLM-serving benchmarks as tests")
+    group.addoption(
+        "--layout",
+        dest="kimi_layout",
+        default=None,
+        help="comma-separated layouts to benchmark, as named in the cluster file "
+        "(e.g. tp32,pp8); the first is the comparison's reference. Default: all.",
+    )
+    group.addoption(
+        "--cluster",
+        dest="kimi_cluster",
+        default=None,
+        help="cluster YAML file (default: the embedded mock backend's, shipped with "
+        "pytest-kimi; clusters/local.yaml is a copy to read)",
+    )
+    group.addoption(
+        "--kimi-report-dir",
+        dest="kimi_report_dir",
+        default=None,
+        help="where result directories are written (default: reports/)",
+    )
+    group.addoption(
+        "--kimi-slo",
+        dest="kimi_slo",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an SLO, repeatable: ttft_p95=25s, tpot_p95=150ms, success_rate=1",
+    )
+    group.addoption(
+        "--kimi-endpoint",
+        dest="kimi_endpoint",
+        default=None,
+        metavar="URL",
+        help="attach to an already running deployment at URL (no bring-up or teardown)",
+    )
+    group.addoption(
+        "--kimi-dry-run",
+        dest="kimi_dry_run",
+        action="store_true",
+        help="print the exact launch commands per layout and node, start nothing, exit",
+    )
+    group.addoption(
+        "--kimi-save-baseline",
+        dest="kimi_save_baseline",
+        default=None,
+        metavar="PATH",
+        help="store this run (metrics and per-request samples) as a baseline JSON file",
+    )
+    group.addoption(
+        "--kimi-baseline",
+        dest="kimi_baseline",
+        default=None,
+        metavar="PATH",
+        help="judge this run against a stored baseline: adds test_no_regression[layout-metric]",
+    )
+    group.addoption(
+        "--kimi-fail",
+        dest="kimi_fail",
+        default="",
+        metavar="METRIC:PCT,...",
+        help="regression thresholds, e.g. ttft_p95:10%%,tpot_mean:5%% (defaults: cluster YAML "
+        "'regression', else ttft_p95:10%%,tpot_mean:5%%,output_throughput:5%%)",
+    )
+    parser.addini("kimi_layout", "default for --layout")
+    parser.addini("kimi_cluster", "default for --cluster")
+    parser.addini("kimi_report_dir", "default for --kimi-report-dir")
+    parser.addini("kimi_slo", "SLO overrides, one NAME=VALUE per line", type="linelist")
+    parser.addini("kimi_endpoint", "default for --kimi-endpoint")
+
+
+def _opt(config: pytest.Config, name: str) -> str | None:
+    value = config.getoption(name)
+    return value if value else (config.getini(name) or None)
+
+
+def resolve(config: pytest.Config) -> Options:
+    """The options of this session; a relative ``--cluster`` is tried from the current
+    directory, then from pytest's rootdir."""
+    root = Path(config.rootpath)
+    given = _opt(config, "kimi_cluster")
+    cluster = Path(given) if given else DEFAULT_CLUSTER
+    if not cluster.is_absolute() and not cluster.exists():
+        cluster = root / cluster
+    layouts = tuple(n.strip() for n in (_opt(config, "kimi_layout") or "").split(",") if n.strip())
+    report = Path(_opt(config, "kimi_report_dir") or root / "reports")
+    slos = (*config.getini("kimi_slo"), *config.getoption("kimi_slo"))
+    save = config.getoption("kimi_save_baseline")
+    base = config.getoption("kimi_baseline")
+    return Options(
+        cluster,
+        layouts,
+        report,
+        tuple(slos),
+        _opt(config, "kimi_endpoint"),
+        save_baseline=Path(save) if save else None,
+        baseline=Path(base) if base else None,
+        fail_thresholds=config.getoption("kimi_fail"),
+    )
+
+
+def explicit(config: pytest.Config) -> bool:
+    """Whether this session asked for pytest-kimi (then inputs are checked up front)."""
+    return (
+        any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
+        or bool(config.getoption("kimi_slo"))
+        or bool(config.getoption("kimi_dry_run"))
+    )

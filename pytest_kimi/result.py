@@ -1,0 +1,62 @@
+"""What one layout's run produced, or why it produced nothing: the record every step shares.
+
+Bring-up adds notes, measuring adds records and the summary, judging adds verdicts, the store
+writes it and reads it back (:mod:`pytest_kimi.store`), the report renders it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_kimi.slo import Slo, Verdict
+
+if TYPE_CHECKING:
+    from pytest_kimi.summary import Summary
+    from pytest_kimi.workload.records import RequestRecord
+
+
+@dataclass
+class LayoutResult:
+    """One layout's outcome. ``summary`` is None when the run did not finish (``error`` says
+    why); ``records`` keep every request, the unfinished ones marked."""
+
+    name: str
+    label: str
+    summary: Summary | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    error: str = ""
+    result_dir: str = ""
+    notes: list[str] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list, repr=False)
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None and not self.error
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as ``summary.json`` and ``comparison.json`` store it."""
+    return {
+        "name": verdict.slo.name,
+        "limit": verdict.slo.limit,
+        "unit": verdict.slo.unit,
+        "upper_bound": verdict.slo.upper,
+        "source": verdict.slo.source,
+        "measured": None if math.isnan(verdict.measured) else verdict.measured,
+        "passed": verdict.passed,
+    }
+
+
+def verdict_from_dict(entry: dict[str, Any]) -> Verdict:
+    """The inverse of :func:`verdict_to_dict` (the verdict as judged at the time)."""
+    slo = Slo(
+        entry["name"],
+        entry["limit"],
+        entry["upper_bound"],
+        entry["unit"],
+        entry.get("source", "saved run"),
+    )
+    measured = entry["measured"]
+    return Verdict(slo, float("nan") if measured is None else measured)

@@ -1,0 +1,177 @@
+"""One pytest-kimi run, read top to bottom: inputs -> bring-up -> measure -> store -> judge ->
+report. Each step is its own module; this object only holds what passes between them.
+
+The pytest glue (:mod:`pytest_kimi.plugin`) decides *when* each step runs; the same steps run
+outside pytest. Everything a step produces lands in the run folder as soon as it exists, so a
+failed run still leaves its logs, records and a report saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_kimi import bringup, judge, reporting
+from pytest_kimi.inputs import Inputs, UsageProblem, load_inputs
+from pytest_kimi.manifest import manifest
+from pytest_kimi.measure import measure
+from pytest_kimi.options import DEFAULT_CLUSTER, Options
+from pytest_kimi.result import LayoutResult
+from pytest_kimi.store import RunFolder, new_run_id
+
+if TYPE_CHECKING:
+    from pytest_kimi.baseline import Judgement
+    from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.plan import DeploymentPlan
+
+__all__ = ["DEFAULT_CLUSTER", "Options", "Run", "UsageProblem"]
+
+
+class Run:
+    """Validated inputs, the run folder, and the layouts' results so far."""
+
+    def __init__(
+        self,
+        inputs: Inputs,
+        say: Callable[[str], None] = print,
+        on_result: Callable[[LayoutResult], None] = lambda result: None,
+        on_comparison: Callable[[dict[str, Any]], None] = lambda model: None,
+    ) -> None:
+        self.inputs = inputs
+        self.say = say
+        self.on_result, self.on_comparison = on_result, on_comparison
+        self.results: dict[str, LayoutResult] = {}  # measured (or failed) in this process
+        self.stopped_early = ""  # why the session stopped before every test ran (Ctrl-C, -x)
+        self.selected: frozenset[str] | None = None  # layouts with tests selected (-k)
+        self.model: dict[str, Any] | None = None  # the comparison, once written
+        self._folder: RunFolder | None = None
+        self._plans: dict[str, DeploymentPlan] = {}
+
+    @classmethod
+    def load(cls, options: Options, dry_run: bool = False, **hooks: Any) -> Run:
+        """Step 1, inputs: everything checked before anything starts (:class:`UsageProblem`)."""
+        return cls(load_inputs(options, dry_run), **hooks)
+
+    # -- what the glue and fixtures read -----------------------------------------------------
+    @property
+    def layouts(self) -> tuple[Layout, ...]:
+        return self.inputs.layouts
+
+    @property
+    def time_scale(self) -> float:
+        return self.inputs.time_scale
+
+    @property
+    def folder(self) -> RunFolder:
+        if self._folder is None:
+            cluster = self.inputs.cluster
+            run_id = new_run_id(cluster.name, cluster.replicas)
+            self._folder = RunFolder.create(self.inputs.options.report_dir, run_id)
+        return self._folder
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    def use_run_dir(self, path: Path) -> None:
+        """Write into a folder someone else made (the xdist controller, for its workers)."""
+        self._folder = RunFolder.adopt(path)
+
+    def plan(self, layout: Layout) -> DeploymentPlan:
+        from pytest_kimi.deploy.plan import plan_deployment
+
+        return plan_deployment(self.inputs.cluster, layout)
+
+    # -- step 2, bring-up --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def deployment(self, layout: Layout) -> Iterator[str]:
+        """Bring the layout up (unless attached), yield the router URL, always tear down."""
+        result = self._result(layout)
+        if self.inputs.options.endpoint:
+            self._manifest(layout, None, None)
+            yield self.inputs.options.endpoint
+        else:
+            with bringup.deployment(
+                self.inputs, layout, self.folder, result, self.say,
+                on_manifest=lambda plan, nodes: self._manifest(layout, plan, nodes),
+            ) as plan:  # fmt: skip
+                self._plans[layout.name] = plan
+                yield plan.endpoint
+        self.on_result(result)
+
+    # -- steps 3-5, measure, judge, store ----------------------------------------------------
+    def measure(self, layout: Layout, endpoint: str) -> LayoutResult:
+        """Run the workload once per layout (later calls return the first run's result)."""
+        result = self._result(layout)
+        if result.summary is not None or result.error:
+            return result
+        plan = self._plans.get(layout.name)
+        try:
+            measure(self.inputs, layout, endpoint, self.folder, result, self.say,
+                    plan.router_metrics_url if plan is not None else None)  # fmt: skip
+            result.verdicts = judge.verdicts(self.inputs, result)
+        finally:
+            self.folder.write_summary(result, self.inputs.backend, self.time_scale)
+        return result
+
+    def judge(self, layout: Layout, metric: str) -> Judgement:
+        """This run's ``metric`` on ``layout`` against ``--kimi-baseline``."""
+        return judge.regression(self.inputs, self._result(layout), metric)
+
+    # -- step 6, report ----------------------------------------------------------------------
+    def stored_results(self) -> list[LayoutResult]:
+        """The layouts the report covers, read back from the run folder (what this process
+        and any xdist worker measured), plus those an early stop never reached."""
+        if self._folder is None:
+            return []
+        stored = {
+            layout.name: self.folder.read_layout(layout.name)
+            for layout in self.layouts
+            if self.folder.has_layout(layout.name)
+        }
+        return reporting.covered(self.layouts, stored, self.stopped_early, self.selected)
+
+    def comparison(self) -> dict[str, Any] | None:
+        results = self.stored_results()
+        return reporting.comparison(
+            results, run_id=self.folder.name if results else "", backend=self.inputs.backend,
+            time_scale=self.time_scale, stopped_early=self.stopped_early,
+        )  # fmt: skip
+
+    def finish(self) -> None:
+        """Write the comparison and report.html, then the baseline if asked for."""
+        results = self.stored_results()
+        model = reporting.comparison(
+            results, run_id=self.folder.name if results else "", backend=self.inputs.backend,
+            time_scale=self.time_scale, stopped_early=self.stopped_early,
+        )  # fmt: skip
+        if model is None:
+            return
+        reporting.write(self.folder, model, results, self.on_comparison)
+        self.model = model
+        path, refused = judge.save_baseline(
+            self.inputs, results, model["incomplete"], self.folder.name
+        )
+        if refused:
+            self.say(f"[kimi] {refused}")
+        if path is not None:
+            self.say(f"[kimi] baseline saved to {path}")
+
+    def terminal_lines(self) -> list[str]:
+        model = self.model or self.comparison()
+        if model is None:
+            return []
+        return reporting.terminal_lines(model, self.stored_results())
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _result(self, layout: Layout) -> LayoutResult:
+        result = self.results.setdefault(layout.name, LayoutResult(layout.name, layout.label))
+        result.result_dir = str(self.folder.layout_dir(layout.name))
+        return result
+
+    def _manifest(self, layout: Layout, plan: DeploymentPlan | None, nodes: list | None) -> None:
+        self.folder.write_manifest(
+            layout.name, manifest(self.inputs, layout, self.folder.name, plan, nodes)
+        )
