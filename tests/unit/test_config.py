@@ -511,6 +511,173 @@ def test_unreadable_file(tmp_path: Path) -> None:
         load_cluster(path)
 
 
+# ----------------------------------------------------------------------------- parsed values
+
+
+def test_goodput_parsed_once(tmp_path: Path) -> None:
+    cfg = load_cluster(CLUSTERS / "local.yaml")
+    assert cfg.workload.goodput == {"ttft": "30s", "tpot": "200ms"}  # raw, for manifests
+    assert cfg.workload.goodput_ms == {"ttft": 30000.0, "tpot": 200.0}
+    text = edit("  concurrency: 2", "  concurrency: 2\n  goodput: {e2e: 1.5min, tpot: 80}")
+    wl = load_cluster(write(tmp_path, text)).workload
+    assert wl.goodput == {"tpot": "80", "e2e": "1.5min"}
+    assert wl.goodput_ms == {"tpot": 80.0, "e2e": 90000.0}
+    assert load_cluster(write(tmp_path, BASE)).workload.goodput_ms == {}
+
+
+def test_bad_goodput_duration(tmp_path: Path) -> None:
+    text = edit("  concurrency: 2", "  concurrency: 2\n  goodput:\n    ttft: 30s\n    tpot: fast")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 28, "workload.goodput.tpot")
+    assert "'fast': expected a duration like 25s or 150ms" in msg
+
+
+def test_unknown_goodput_key(tmp_path: Path) -> None:
+    text = edit("  concurrency: 2", "  concurrency: 2\n  goodput: {itl: 5ms}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, 26, "workload.goodput.itl")
+    assert "unknown field (known fields here: e2e, tpot, ttft)" in msg
+
+
+def test_regression_thresholds_parsed(tmp_path: Path) -> None:
+    text = BASE + "regression:\n  ttft_p95: 10%\n  output_throughput: 0.05\n"
+    cfg = load_cluster(write(tmp_path, text))
+    assert cfg.regression == {"ttft_p95": "10%", "output_throughput": "0.05"}
+    assert cfg.regression_thresholds == {"ttft_p95": 0.10, "output_throughput": 0.05}
+    assert load_cluster(write(tmp_path, BASE)).regression_thresholds == {}
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("ttft_p95: lots", "threshold is not a number"),
+        ("color: 10%", "'color' is not a metric the gate can judge"),
+        ("ttft_p95: '10%,tpot_mean:5%'", "expected one threshold such as 10% or 0.1"),
+    ],
+)
+def test_bad_regression_threshold(tmp_path: Path, entry: str, problem: str) -> None:
+    path, msg = load_error(tmp_path, BASE + f"regression:\n  {entry}\n")
+    assert_names(msg, path, 29, f"regression.{entry.partition(':')[0]}")
+    assert problem in msg
+
+
+def test_bad_slo_is_a_load_error(tmp_path: Path) -> None:
+    path, msg = load_error(tmp_path, edit("  ttft_p95: 30s", "  ttft_p95: soon"))
+    assert_names(msg, path, L_SLO + 1, "slo.ttft_p95")
+    assert "expected a duration like 25s or 150ms" in msg
+    path, msg = load_error(tmp_path, edit("  ttft_p95: 30s", "  latency_p95: 30s"))
+    assert_names(msg, path, L_SLO + 1, "slo.latency_p95")
+    assert "unknown SLO metric 'latency_p95'" in msg
+
+
+def test_bad_layout_slo_is_a_load_error(tmp_path: Path) -> None:
+    text = edit(
+        "tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 16, pp: 1, ep: 4, slo: {tpot_p150: 1s}}"
+    )
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_TP16, "layouts.tp16.slo.tpot_p150")
+    assert "percentile 150 is not in (0, 100]" in msg
+
+
+def test_layout_slo_kept_as_text(tmp_path: Path) -> None:
+    text = edit("tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 16, ep: 4, slo: {success_rate: 0.9}}")
+    layout = load_cluster(write(tmp_path, text)).layout("tp16")
+    assert layout.slo == (("success_rate", "0.9"),)
+    assert {layout: "usable as a dict key / pytest param"}  # frozen and hashable
+
+
+@pytest.mark.parametrize(
+    ("profile", "field", "problem"),
+    [
+        ("{layers: many}", "mock.profile.layers", "expected a number, got 'many'"),
+        ("{gpu_tflops: 0}", "mock.profile.gpu_tflops", "must be positive, got 0"),
+        ("{nvlink: 1}", "mock.profile.nvlink", "unknown profile field (known: gpu_tflops,"),
+        ("[1]", "mock.profile", "expected a mapping, got list [1]"),
+    ],
+)
+def test_bad_mock_profile(tmp_path: Path, profile: str, field: str, problem: str) -> None:
+    path, msg = load_error(tmp_path, BASE + f"mock:\n  time_scale: 10\n  profile: {profile}\n")
+    assert_names(msg, path, 30, field)
+    assert problem in msg
+
+
+def test_mock_section(tmp_path: Path) -> None:
+    cfg = load_cluster(write(tmp_path, BASE + "mock: {time_scale: 4, profile: {layers: 8}}\n"))
+    assert cfg.mock is not None
+    assert (cfg.mock.time_scale, cfg.mock.seed, cfg.mock.profile) == (4.0, 0, {"layers": 8})
+    assert cfg.time_scale == 4.0
+
+
+# ----------------------------------------------------------------------------- strictness
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "problem"),
+    [
+        ("startup_timeout_s: '60'", "startup_timeout_s", "expected a number, got str '60'"),
+        ("startup_timeout_s: true", "startup_timeout_s", "expected a number, got bool True"),
+        ("startup_timeout_s: 0", "startup_timeout_s", "must be > 0, got 0"),
+        ("work_dir: ''", "work_dir", "expected a non-empty string, got str ''"),
+        ("work_dir: 5", "work_dir", "expected a non-empty string, got int 5"),
+        ("ssh: {check_host_keys: 1}", "ssh.check_host_keys", "expected true or false, got int 1"),
+        ("ssh: {passphrase_env: hunter2!}", "ssh.passphrase_env", "the NAME of an environment"),
+        ("ssh: {port: 0}", "ssh.port", "must be >= 1, got 0"),
+        ("slo: {ttft_p95: [1]}", "slo.ttft_p95", "expected a string, got list [1]"),
+    ],
+)
+def test_strict_top_level_values(tmp_path: Path, line: str, field: str, problem: str) -> None:
+    text = edit("slo:\n  ttft_p95: 30s\n", line + "\n")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_SLO, field)
+    assert problem in msg
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "problem"),
+    [
+        ("  concurrency: 2", "  percentiles: [50, 0]", "workload.percentiles", "0 is not a perc"),
+        ("  concurrency: 2", "  percentiles: []", "workload.percentiles", "expected a list of"),
+        ("  concurrency: 2", "  api: grpc", "workload.api", "'grpc' is not one of generate,"),
+        ("  node: n1", "  wrapper: docker", "router.wrapper", "expected a list of command-line"),
+        ("  node: n1", "  env: {1A: x}", "router.env.1A", "not a valid environment variable"),
+        ("  node: n1", "  node: 'n 1'", "router.node", "'n 1' is not a plain name"),
+        ("  pp2: {tp: 8", "  p p: {tp: 8", "layouts.p p", "layout names are plain words"),
+        ("  replicas: 2", "  replicas: 2.0", "deployment.replicas", "expected an integer, got fl"),
+    ],
+)
+def test_field_checks(tmp_path: Path, old: str, new: str, field: str, problem: str) -> None:
+    path, msg = load_error(tmp_path, edit(old, new))
+    assert msg.startswith(f"{path}:"), msg
+    assert f"field '{field}': " in msg.splitlines()[0], msg
+    assert problem in msg
+
+
+def test_every_problem_is_listed_first_in_file_order(tmp_path: Path) -> None:
+    text = edit("  replicas: 2", '  replicas: "2"')
+    text = edit("  input_len: 16", "  input_len: 0", text)
+    text = edit("  dataset: /data/d.jsonl\n", "", text)
+    path, msg = load_error(tmp_path, text)
+    first, *more = msg.splitlines()
+    assert_names(first, path, L_REPLICAS, "deployment.replicas")
+    assert more == [
+        f"  also {path}:{L_INPUT_LEN - 1}: field 'workload.input_len': must be >= 1, got 0",
+        f"  also {path}:{L_WORKLOAD}: field 'workload.dataset': required field is missing",
+    ]
+
+
+def test_node_ssh_overrides_cluster_defaults(tmp_path: Path) -> None:
+    text = edit("executor: local", "executor: local\nssh: {user: kimi, connect_timeout_s: 3}")
+    text = edit(
+        "{name: n2, host: 127.0.0.1, gpus: 8}",
+        "{name: n2, host: 127.0.0.1, gpus: 8, ssh: {port: 2222, user: root}}",
+        text,
+    )
+    cfg = load_cluster(write(tmp_path, text))
+    assert (cfg.node("n1").ssh.user, cfg.node("n1").ssh.port) == ("kimi", 22)
+    assert (cfg.node("n2").ssh.user, cfg.node("n2").ssh.port) == ("root", 2222)
+    assert cfg.node("n2").ssh.connect_timeout_s == 3.0  # not overridden: the cluster's
+
+
 # ----------------------------------------------------------------------------- yamlfile
 
 

@@ -1,0 +1,36 @@
+"""Typed, validated cluster configuration (``clusters/*.yaml``).
+
+One YAML file describes a cluster (nodes, how to start SGLang and the router), the layouts it
+can run, the workload and the SLOs. Every problem is a :class:`ConfigError` that names the
+file, the line and the field, raised before anything is started. The file's shape is defined
+once, by the pydantic models in :mod:`pytest_kimi.config.models` (also the source of the
+JSON Schema, ``python -m pytest_kimi.schema``); callers read the frozen records below.
+"""
+
+from __future__ import annotations
+
+from pytest_kimi.config.cluster import (
+    ClusterConfig,
+    Layout,
+    MockConfig,
+    Node,
+    RouterConfig,
+    ServerConfig,
+    SSHConfig,
+    WorkloadConfig,
+)
+from pytest_kimi.config.load import load_cluster
+from pytest_kimi.yamlfile import ConfigError
+
+__all__ = [
+    "ClusterConfig",
+    "ConfigError",
+    "Layout",
+    "MockConfig",
+    "Node",
+    "RouterConfig",
+    "SSHConfig",
+    "ServerConfig",
+    "WorkloadConfig",
+    "load_cluster",
+]

@@ -1,0 +1,152 @@
+"""Checks of the cluster file that one field's type cannot express.
+
+Cross-field rules (TP x PP fills a replica, ports that would collide, ...) and the values
+whose grammar belongs to another module (SLOs, goodput durations, regression thresholds, the
+mock profile) are checked here, right after the models, so every problem with the file is a
+``file:line: field: problem`` error before anything starts. The parsers are imported inside
+the functions: they pull in numpy and the metrics, which the config must not need to import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from pytest_kimi.config.models import ClusterFile
+from pytest_kimi.yamlfile import Located
+
+T = TypeVar("T")
+FIXED_PORTS = ("server.port", "server.dist_init_port", "router.port", "router.prometheus_port")
+
+
+def check_cluster(src: Located, raw: ClusterFile) -> None:
+    """Every cross-field rule, in the order a reader meets the fields."""
+    names: set[str] = set()
+    for i, node in enumerate(raw.nodes):
+        if node.name in names:
+            raise src.error(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
+        names.add(node.name)
+    replica_gpus = _replica_gpus(src, raw)
+    for name, layout in raw.layouts.items():
+        field = f"layouts.{name}"
+        if layout.tp * layout.pp != replica_gpus:
+            raise src.error(
+                f"{field}.tp",
+                f"TP x PP = {layout.tp} x {layout.pp} = {layout.tp * layout.pp}, but one replica "
+                f"has {replica_gpus} GPUs (deployment.nodes_per_replica x nodes[].gpus)",
+            )
+        if layout.tp % layout.ep:
+            raise src.error(f"{field}.ep", f"EP {layout.ep} must divide TP {layout.tp}")
+    if raw.router.node is not None and raw.router.node not in names:
+        raise src.error("router.node", f"{raw.router.node!r} is not one of the nodes")
+    ports = _ports(raw)
+    if raw.executor == "ssh":
+        for field in FIXED_PORTS:
+            if ports[field] is None:
+                raise src.error(field, "an ssh cluster needs fixed ports, not 'auto'")
+    _check_distinct_ports(src, raw, ports)
+
+
+def _replica_gpus(src: Located, raw: ClusterFile) -> int:
+    """GPUs of one replica; the deployment must fit the nodes, which must be alike."""
+    dep = raw.deployment
+    needed = dep.replicas * dep.nodes_per_replica
+    if needed > len(raw.nodes):
+        raise src.error(
+            "deployment.nodes_per_replica",
+            f"{dep.replicas} replicas x {dep.nodes_per_replica} nodes need {needed} nodes, "
+            f"but 'nodes' lists {len(raw.nodes)}",
+        )
+    gpus = {node.gpus for node in raw.nodes[:needed]}
+    if len(gpus) != 1:
+        raise src.error("nodes", "all nodes of the deployment must have the same 'gpus'")
+    return dep.nodes_per_replica * gpus.pop()
+
+
+def _ports(raw: ClusterFile) -> dict[str, int | None]:
+    values = (raw.server.port, raw.server.dist_init_port)
+    values += (raw.router.port, raw.router.prometheus_port)
+    return {f: None if v == "auto" else int(v) for f, v in zip(FIXED_PORTS, values, strict=True)}
+
+
+def _check_distinct_ports(src: Located, raw: ClusterFile, ports: dict[str, int | None]) -> None:
+    """Fixed ports that would collide on one host are a usage error, not a bind failure later."""
+    hosts = {node.name: node.host for node in raw.nodes}
+    router_node = raw.router.node or raw.nodes[0].name
+    fields = list(FIXED_PORTS[:2])
+    if hosts.get(router_node) in set(hosts.values()):  # the router shares a host with servers
+        fields += FIXED_PORTS[2:]
+    seen: dict[int, str] = {}
+    for field in fields:
+        port = ports[field]
+        if port is None:
+            continue
+        if port in seen:
+            raise src.error(field, f"port {port} is also {seen[port]}: they would collide")
+        seen[port] = field
+    if ports["server.port"] is not None:
+        by_host: dict[str, str] = {}
+        for node in raw.nodes:
+            if node.host in by_host:
+                raise src.error(
+                    "server.port",
+                    f"nodes {by_host[node.host]} and {node.name} share host {node.host}: one "
+                    f"fixed port {ports['server.port']} would collide; use 'auto' or distinct "
+                    "hosts",
+                )
+            by_host[node.host] = node.name
+
+
+def parsed(src: Located, field: str, parse: Callable[[str], T]) -> T:
+    """``parse(source)`` with ``source`` = the field; its ``ValueError`` names file and line.
+
+    The SLO and baseline parsers start their messages with the source they were given; that
+    prefix is dropped since the field is already in the ``file:line: field`` part."""
+    try:
+        return parse(field)
+    except ValueError as exc:
+        text = str(exc)
+        raise src.error(field, text.removeprefix(f"{field}: ")) from None
+
+
+def goodput_ms(src: Located, goodput: Mapping[str, str]) -> dict[str, float]:
+    """``workload.goodput`` limits in milliseconds, parsed once."""
+    from pytest_kimi.slo import parse_duration_ms
+
+    return {
+        key: parsed(src, f"workload.goodput.{key}", lambda s, v=value: parse_duration_ms(v, s))
+        for key, value in goodput.items()
+    }
+
+
+def check_slos(src: Located, prefix: str, slos: Mapping[str, str]) -> None:
+    """Each ``slo:`` entry parses (kept as text: the session merges them with CLI ones)."""
+    from pytest_kimi.slo import parse_slo
+
+    for name, value in slos.items():
+        parsed(src, f"{prefix}.{name}", lambda s, n=name, v=value: parse_slo(n, v, s))
+
+
+def regression_thresholds(src: Located, regression: Mapping[str, str]) -> dict[str, float]:
+    """``regression:`` thresholds as fractions (``10%`` -> 0.1), one metric per entry."""
+    from pytest_kimi.baseline import parse_thresholds
+
+    out: dict[str, float] = {}
+    for name, value in regression.items():
+        field = f"regression.{name}"
+        one = parsed(src, field, lambda s, n=name, v=value: parse_thresholds(f"{n}:{v}", s))
+        if list(one) != [name]:
+            raise src.error(field, f"expected one threshold such as 10% or 0.1, got {value!r}")
+        out[name] = one[name]
+    return out
+
+
+def check_profile(src: Located, profile: Mapping[str, Any]) -> None:
+    """The mock's performance profile builds (numbers, known keys), as the mock will build it."""
+    from pytest_kimi.mock.perfmodel import Profile
+
+    try:
+        Profile.from_mapping(profile)
+    except ValueError as exc:
+        key, _, problem = str(exc).partition(": ")
+        raise src.error(f"mock.profile.{key}", problem or str(exc)) from None

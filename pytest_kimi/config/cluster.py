@@ -1,0 +1,164 @@
+"""The validated cluster as frozen records: what every caller reads.
+
+Built by :func:`pytest_kimi.config.load_cluster` from the checked pydantic models; plain
+frozen dataclasses so a :class:`Layout` can be a pytest parameter and tests can build a
+:class:`Node` by hand. Parsed forms of text fields (``goodput_ms``, ``regression_thresholds``)
+sit next to the raw text, which goes into manifests as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kimi.yamlfile import Located
+
+
+@dataclass(frozen=True)
+class SSHConfig:
+    """How to reach a node over SSH. Secrets are never values here, only where to find them."""
+
+    user: str = "root"
+    port: int = 22
+    key: str | None = None  # private key file
+    passphrase_env: str | None = None  # NAME of the environment variable holding its passphrase
+    known_hosts: str | None = None  # default: ~/.ssh/known_hosts
+    check_host_keys: bool = True
+    jump_host: str | None = None  # [user@]host[:port]
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine of the cluster (a local process group on the mock)."""
+
+    name: str
+    host: str
+    gpus: int
+    ssh: SSHConfig = field(default_factory=SSHConfig)
+    env: Mapping[str, str] = field(default_factory=dict)  # this node's extra server environment
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout of one replica: tensor, pipeline and expert parallel sizes."""
+
+    name: str
+    tp: int
+    pp: int
+    ep: int
+    slo: tuple[tuple[str, str], ...] = ()  # SLOs for this layout only (override the cluster's)
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.tp}/PP{self.pp}/EP{self.ep}"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to start one SGLang server process on a node."""
+
+    python: str
+    module: str
+    model_path: str
+    wrapper: tuple[str, ...]  # argv put before python, e.g. a container: [docker, exec, sglang]
+    port: int | None  # None: pick a free port at bring-up (local only)
+    dist_init_port: int | None
+    args: Mapping[str, str | int | float | bool]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """How to start the SGLang Router in front of the replicas."""
+
+    python: str
+    module: str
+    node: str
+    port: int | None
+    prometheus_port: int | None
+    policy: str
+    args: Mapping[str, str | int | float | bool]
+    env: Mapping[str, str]
+    wrapper: tuple[str, ...] = ()
+    model_mount: str | None = None  # the model dir the router reads its tokenizer from
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """The benchmark workload: SPEED-Bench rows, lengths, concurrency."""
+
+    dataset: str
+    num_requests: int
+    input_len: int
+    output_len: int
+    concurrency: int
+    warmup_requests: int
+    api: str
+    seed: int
+    category: str | None
+    request_timeout_s: float
+    request_rate: float  # requests/s; inf sends as fast as concurrency allows
+    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+    goodput: Mapping[str, str] = field(default_factory=dict)  # per-request limits: ttft/tpot/e2e
+    goodput_ms: Mapping[str, float] = field(default_factory=dict)  # the same limits, parsed
+
+
+@dataclass(frozen=True)
+class MockConfig:
+    """Embedded mock backend settings: time scale, seed and performance profile."""
+
+    time_scale: float
+    seed: int
+    profile: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A whole cluster file, validated."""
+
+    path: Path
+    name: str
+    executor: str
+    nodes: tuple[Node, ...]
+    replicas: int
+    nodes_per_replica: int
+    layouts: Mapping[str, Layout]
+    server: ServerConfig
+    router: RouterConfig
+    workload: WorkloadConfig
+    slo: Mapping[str, str]
+    mock: MockConfig | None
+    startup_timeout_s: float
+    source: Located = field(repr=False, compare=False)
+    work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
+    regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
+    regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
+
+    @property
+    def time_scale(self) -> float:
+        """Cluster seconds per wall second: 1 on a real cluster."""
+        return self.mock.time_scale if self.mock else 1.0
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def layout(self, name: str) -> Layout:
+        """The layout called ``name``; a clear error lists the known ones."""
+        try:
+            return self.layouts[name]
+        except KeyError:
+            known = ", ".join(self.layouts)
+            raise self.source.error(
+                "layouts", f"unknown layout {name!r}; this cluster defines: {known}"
+            ) from None
+
+    def replica_nodes(self, replica: int) -> tuple[Node, ...]:
+        start = replica * self.nodes_per_replica
+        return self.nodes[start : start + self.nodes_per_replica]

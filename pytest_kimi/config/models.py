@@ -1,0 +1,215 @@
+"""The cluster file as pydantic models: the single description of what the YAML may hold.
+
+These models check each field on its own (types, ranges, names, unknown keys) and are the
+source of the published JSON Schema (``python -m pytest_kimi.schema``). Checks that relate
+fields to each other, or need the SLO/baseline/mock parsers, live in
+:mod:`pytest_kimi.config.checks`; :mod:`pytest_kimi.config.load` turns a validated model into
+the frozen records callers use.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_kimi.config.fields import (
+    APIS,
+    Argv,
+    Count,
+    Env,
+    Flags,
+    LayoutMap,
+    LayoutName,
+    NodeList,
+    NodeName,
+    NonNegative,
+    Percentiles,
+    Port,
+    RequestRate,
+    Seconds,
+    SecretName,
+    Text,
+    TextValue,
+    one_of,
+)
+
+PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
+WRAPPER = "argv put before python, e.g. a container: [docker, exec, sglang]."
+ARGS = "Command-line flags without leading dashes: flag-name: value (true = a bare flag)."
+SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
+
+
+class _Model(BaseModel):
+    """Strict: no coercion ("8" is not 8), unknown keys rejected, values frozen."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class SSH(_Model):
+    """How to reach a node over SSH. Secrets are never values here, only where to find them.
+    A node's own ssh block overrides the cluster-wide one field by field."""
+
+    user: Text = Field("root", description="Login user.")
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(22, description="sshd port.")
+    key: Text | None = Field(None, description="Private key file.")
+    passphrase_env: SecretName | None = Field(
+        None, description="NAME of the environment variable holding the key's passphrase."
+    )
+    known_hosts: Text | None = Field(None, description="Default: ~/.ssh/known_hosts.")
+    check_host_keys: bool = Field(True, description="Check host keys against known_hosts.")
+    jump_host: Text | None = Field(None, description="[user@]host[:port] to hop through.")
+    connect_timeout_s: Seconds = Field(10.0, description="Seconds to wait for a connection.")
+    command_timeout_s: Seconds = Field(120.0, description="Seconds one remote command may take.")
+
+
+class NodeModel(_Model):
+    """One machine of the cluster (a local process group on the mock)."""
+
+    model_config = ConfigDict(title="Node")
+
+    name: NodeName = Field(description="Unique plain name (letters, digits, . _ -).")
+    host: Text = Field(description="Address or host name to reach the node at.")
+    gpus: Count = Field(description="GPUs on the node; the same on every deployed node.")
+    ssh: SSH = Field(default_factory=SSH, description="Overrides of the cluster's ssh defaults.")
+    env: Env = Field(default_factory=dict, description="This node's extra server environment.")
+
+
+class Deployment(_Model):
+    """How the nodes form replicas: the first replicas x nodes_per_replica nodes are used."""
+
+    replicas: Count = Field(description="Data-parallel replicas behind the router.")
+    nodes_per_replica: Count = Field(description="Nodes one replica spans.")
+
+
+class LayoutModel(_Model):
+    """A parallel layout of one replica: TP x PP must equal the replica's GPUs."""
+
+    model_config = ConfigDict(title="Layout")
+
+    tp: Count = Field(description="Tensor-parallel size.")
+    pp: Count = Field(1, description="Pipeline-parallel size.")
+    ep: Count = Field(1, description="Expert-parallel size; must divide tp.")
+    slo: dict[str, TextValue] = Field(
+        default_factory=dict, description="SLOs for this layout only (override the cluster's)."
+    )
+
+
+class Server(_Model):
+    """How to start one SGLang server process on a node."""
+
+    python: Text = Field("python3", description=PYTHON)
+    module: Text = Field("sglang.launch_server", description="Module run with python -m.")
+    model_path: Text = Field(description="Model directory on the nodes (--model-path).")
+    wrapper: Argv = Field(default_factory=list, description=WRAPPER)
+    port: Port = Field("auto", description="HTTP port; 'auto' picks a free one (local only).")
+    dist_init_port: Port = Field("auto", description="torch.distributed init port, or 'auto'.")
+    args: Flags = Field(default_factory=dict, description=ARGS)
+    env: Env = Field(default_factory=dict, description="Extra environment of every server.")
+
+
+class Router(_Model):
+    """How to start the SGLang Router in front of the replicas."""
+
+    python: Text = Field("python3", description=PYTHON)
+    module: Text = Field("sglang_router.launch_router", description="Module run with python -m.")
+    node: NodeName | None = Field(None, description="Node the router runs on; default: the first.")
+    port: Port = Field("auto", description="HTTP port clients use, or 'auto' (local only).")
+    prometheus_port: Port = Field("auto", description="Router metrics port, or 'auto'.")
+    policy: Text = Field("round_robin", description="Load-balancing policy (--policy).")
+    args: Flags = Field(default_factory=dict, description=ARGS)
+    env: Env = Field(default_factory=dict, description="Extra environment of the router.")
+    wrapper: Argv = Field(default_factory=list, description=WRAPPER)
+    model_mount: Text | None = Field(
+        None, description="The model dir the router reads its tokenizer from."
+    )
+
+
+class Goodput(_Model):
+    """Per-request limits for goodput (vLLM --goodput): a request counts if it meets all."""
+
+    ttft: TextValue | None = Field(None, description="Time to first token, e.g. 30s.")
+    tpot: TextValue | None = Field(None, description="Time per output token, e.g. 200ms.")
+    e2e: TextValue | None = Field(None, description="End-to-end latency, e.g. 60s.")
+
+
+class Workload(_Model):
+    """The benchmark workload: SPEED-Bench rows, lengths, concurrency."""
+
+    dataset: Text = Field(description="JSONL file (relative to this file) or builtin:NAME.")
+    num_requests: Count = Field(description="Measured requests per layout.")
+    input_len: Count = Field(description="Nominal prompt length in tokens.")
+    output_len: Count = Field(description="Tokens generated per request.")
+    concurrency: Count = Field(description="Requests in flight at once.")
+    warmup_requests: NonNegative = Field(1, description="Unmeasured requests sent first.")
+    api: one_of(*APIS) = Field("generate", description="Server API the client calls.")
+    seed: NonNegative = Field(0, description="Seed of row selection and arrivals.")
+    category: Text | None = Field(None, description="Only SPEED-Bench rows of this category.")
+    request_timeout_s: Seconds = Field(3600.0, description="Seconds one request may take.")
+    request_rate: RequestRate = Field(
+        "inf", description="Requests/s (Poisson arrivals); 'inf': as fast as concurrency allows."
+    )
+    percentiles: Percentiles = Field(
+        default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="Percentiles reported."
+    )
+    goodput: Goodput = Field(default_factory=Goodput, description=Goodput.__doc__)
+
+
+def _profile_schema(schema: dict[str, Any]) -> None:
+    """List the mock profile's fields (from the dataclass the mock reads) for editors."""
+    from dataclasses import MISSING, fields
+
+    from pytest_kimi.mock.perfmodel import Profile
+
+    schema["properties"] = {
+        f.name: {"type": "integer" if f.type == "int" else "number", "minimum": 0}
+        | ({"default": f.default} if f.default is not MISSING else {})
+        for f in fields(Profile)
+    }
+    schema["additionalProperties"] = False
+
+
+class Mock(_Model):
+    """Embedded mock backend settings: time scale, seed and performance profile."""
+
+    time_scale: Seconds = Field(1.0, description="Cluster seconds per wall second.")
+    seed: NonNegative = Field(0, description="Seed of the mock's jitter and faults.")
+    profile: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Hardware and model numbers of the performance model (docs/mock.md).",
+        json_schema_extra=_profile_schema,
+    )
+
+
+class ClusterFile(_Model):
+    """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
+    the workload and the SLOs. See docs/cluster-file.md."""
+
+    model_config = ConfigDict(title="pytest-kimi cluster file")
+
+    name: Text = Field(description="Cluster name, shown in reports.")
+    executor: one_of("local", "ssh") = Field(
+        "local", description="local: processes on this machine; ssh: on the nodes over SSH."
+    )
+    work_dir: Text = Field(
+        "/tmp/pytest-kimi", description="On each node: logs and exit codes of our processes."
+    )
+    ssh: SSH = Field(default_factory=SSH, description="SSH defaults for every node.")
+    nodes: Annotated[list[NodeModel], NodeList] = Field(
+        description="The machines, in order.", json_schema_extra={"minItems": 1}
+    )
+    deployment: Deployment = Field(description=Deployment.__doc__)
+    layouts: Annotated[dict[LayoutName, LayoutModel], LayoutMap] = Field(
+        description="Parallel layouts by name (the --layout choices).",
+        json_schema_extra={"minProperties": 1},
+    )
+    server: Server = Field(description=Server.__doc__)
+    router: Router = Field(description=Router.__doc__)
+    workload: Workload = Field(description=Workload.__doc__)
+    slo: dict[str, TextValue] = Field(default_factory=dict, description=SLOS)
+    regression: dict[str, TextValue] = Field(
+        default_factory=dict,
+        description="Regression gate thresholds by metric, e.g. ttft_p95: 10% (or 0.1).",
+    )
+    mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
+    startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
