@@ -84,7 +84,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
             )
         thresholds = {
             **catalogue.DEFAULT_THRESHOLDS,
-            **_regression(cluster),
+            **cluster.regression_thresholds,
             **baseline_mod.parse_thresholds(options.fail_thresholds, "--kimi-fail"),
         }
         baseline = baseline_mod.load(options.baseline) if options.baseline else None
@@ -115,14 +115,3 @@ def layout_slos(
             slo_mod.from_mapping(cluster.slo, str(cluster.path)), own, cli
         )
     return out
-
-
-def _regression(cluster: ClusterConfig) -> dict[str, float]:
-    # TEMP until config parses regression thresholds itself
-    found = getattr(cluster, "regression_thresholds", None)
-    if found is not None:
-        return dict(found)
-    from pytest_kimi import baseline as baseline_mod
-
-    text = ",".join(f"{k}:{v}" for k, v in cluster.regression.items())
-    return baseline_mod.parse_thresholds(text, f"{cluster.path} regression")

@@ -78,7 +78,7 @@ def measure(
             records,
             time_scale=inputs.time_scale,
             percentiles=inputs.percentiles(layout.name),
-            goodput_limits_ms=_goodput_ms(inputs),
+            goodput_limits_ms=dict(wl.goodput_ms),
         )
     except BaseException as exc:
         _keep_interrupted_run(folder, layout.name, result, started, completed, exc, len(measured))
@@ -90,16 +90,6 @@ def measure(
         f"[kimi {layout.name}] measured {len(measured)} requests in "
         f"{time.monotonic() - began:.1f}s wall"
     )
-
-
-def _goodput_ms(inputs: Inputs) -> dict[str, float]:
-    wl = inputs.cluster.workload
-    found = getattr(wl, "goodput_ms", None)  # TEMP until config parses goodput itself
-    if found is not None:
-        return dict(found)
-    from pytest_kimi.slo import parse_duration_ms
-
-    return {k: parse_duration_ms(v, f"workload.goodput.{k}") for k, v in wl.goodput.items()}
 
 
 def _progress(name: str, total: int, say: Say) -> Callable[[], None]:
