@@ -47,8 +47,6 @@ import hashlib
 import json
 import os
 import resource
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,9 +59,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.procgroup import start_group, stop_groups
 from pytest_kimi.testing.peer import (
     DEFAULT_VENV,
     INSTALL_SCRIPT,
@@ -74,6 +72,7 @@ from pytest_kimi.testing.peer import (
     offline_env,
     write_custom_dataset,
 )
+from pytest_kimi.testing.processes import Proc, ProcessError
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 
 OURS = "pytest-kimi"
@@ -208,56 +207,25 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def stop_group(popen: subprocess.Popen[bytes]) -> None:
-    """Stop a child started with ``start_new_session`` and everything in its group."""
-    if popen.poll() is None:
-        os.killpg(popen.pid, signal.SIGTERM)
-        try:
-            popen.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(popen.pid, signal.SIGKILL)
-            popen.wait(5)
-    if group_alive(popen.pid):
-        os.killpg(popen.pid, signal.SIGKILL)
-
-
-class ScriptedServer:
+class ScriptedServer(Proc):
     """``python -m pytest_kimi.testing.scripted`` in its own process group."""
 
     def __init__(self, ttft_ms: float, itl_ms: float, jitter: float, log: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
         self.ttft_ms, self.itl_ms, self.jitter = ttft_ms, itl_ms, jitter
         argv = [
             sys.executable, "-m", "pytest_kimi.testing.scripted",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--jitter", f"{jitter:g}",
         ]  # fmt: skip
-        self._handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            argv,
-            stdout=self._handle,
-            stderr=subprocess.STDOUT,
-            env=offline_env(),
-            start_new_session=True,
-        )
+        super().__init__(argv, log, env=offline_env())
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise BenchmarkError(
-                    f"scripted server exited {self.popen.returncode}:\n"
-                    + self.log.read_text(errors="replace")[-2000:]
-                )
-            try:
-                if httpx.get(self.url + "/health", timeout=1.0, trust_env=False).is_success:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise BenchmarkError(f"scripted server not up after {timeout_s:g}s")
+        try:
+            self.wait_http(self.url + "/health", timeout_s)
+        except ProcessError as exc:
+            raise BenchmarkError(f"scripted server: {str(exc)[-2000:]}") from None
 
     def reset(self) -> None:
         httpx.get(self.url + "/reset", timeout=10.0, trust_env=False).raise_for_status()
@@ -268,13 +236,7 @@ class ScriptedServer:
         return response.json()
 
     def cpu(self) -> float:
-        return cpu_seconds(self.popen.pid)
-
-    def stop(self) -> None:
-        try:
-            stop_group(self.popen)
-        finally:
-            self._handle.close()
+        return cpu_seconds(self.pid)
 
 
 @contextmanager
@@ -491,21 +453,17 @@ def run_ours(server: ScriptedServer, concurrency: int, n: int, output_len: int) 
 def _run_sampled(argv: list[str], log: Path, cwd: Path) -> tuple[int, list[tuple[float, float]]]:
     """Run a command in its own group, sampling its CPU time every 20 ms on perf_counter."""
     samples: list[tuple[float, float]] = []
-    with log.open("wb") as fh:
-        popen = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env=offline_env(), cwd=cwd,
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        try:
-            while popen.poll() is None:
-                if time.monotonic() > deadline:
-                    raise BenchmarkError(f"bench_serving did not finish in {RUN_TIMEOUT_S:g}s")
-                with contextlib.suppress(OSError, IndexError, ValueError):  # it is exiting
-                    samples.append((time.perf_counter(), cpu_seconds(popen.pid)))
-                time.sleep(0.02)
-        finally:
-            stop_group(popen)
+    popen = start_group(argv, log, env=offline_env(), cwd=cwd)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while popen.poll() is None:
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"bench_serving did not finish in {RUN_TIMEOUT_S:g}s")
+            with contextlib.suppress(OSError, IndexError, ValueError):  # it is exiting
+                samples.append((time.perf_counter(), cpu_seconds(popen.pid)))
+            time.sleep(0.02)
+    finally:
+        stop_groups([popen])  # what bench_serving left (or all of it, on a timeout)
     return popen.returncode, samples
 
 

@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import datetime
 import itertools
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -47,7 +45,9 @@ from typing import Any
 import httpx
 
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR, vocabulary
+from pytest_kimi.mock.tokenizer_files import vocabulary
+from pytest_kimi.procgroup import sigterm_as_interrupt
+from pytest_kimi.testing.processes import Proc, mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.records import RequestRecord
 
@@ -106,65 +106,28 @@ class Row:
 # -- server process ------------------------------------------------------------------------
 
 
-class MockServer:
-    """One mock server in its own process group; :meth:`stop` ends the whole group."""
+class MockServer(Proc):
+    """One mock server in its own process group; :meth:`stop` ends the whole group (TERM,
+    KILL after 10 s) and fails if any of it is left."""
 
     def __init__(self, n: int, time_scale: float, log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [
-            sys.executable, "-m", "pytest_kimi.mock.launch_server",
-            "--model-path", str(TOKENIZER_DIR), "--host", "127.0.0.1", "--port", str(self.port),
+        flags = [
             "--tp-size", str(TP_SIZE), "--mock-gpus-per-node", str(GPUS_PER_NODE),
             "--chunked-prefill-size", "8192", "--disable-radix-cache",
             "--max-running-requests", str(max(n, 1)),
             "--mock-time-scale", f"{time_scale:g}",
         ]  # fmt: skip
-        self.log_path = log_path
-        self.log = log_path.open("wb")
-        self.popen = subprocess.Popen(
-            argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
+        super().__init__(mock_argv(self.port, *flags), log_path)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"mock server exited {self.popen.returncode}:\n{self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=1.0, trust_env=False).is_success:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError(f"mock server not up after {timeout_s:g}s:\n{self.tail()}")
+        self.wait_http(self.url + "/health", timeout_s)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server process, from /proc."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def tail(self, lines: int = 30) -> str:
-        self.log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it if it lingers."""
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        else:  # the leader is gone; make sure nothing else of its group is left
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
-        self.log.close()
 
 
 # -- one measurement -----------------------------------------------------------------------
@@ -401,7 +364,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     # SIGTERM unwinds like Ctrl-C, so the `finally` that stops the server still runs
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with sigterm_as_interrupt():
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     ns = sorted(args.ns or (QUICK_NS if args.quick else FULL_NS))
     parallel = cpu_parallelism()
     print(
@@ -483,4 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM: the server was stopped on the way
+        print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
+        sys.exit(130)

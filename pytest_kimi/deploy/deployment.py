@@ -9,17 +9,17 @@ process group, collects the logs and verifies nothing is left running.
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from pytest_kimi.deploy.executor import Executor, Handle
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
+from pytest_kimi.deploy.readiness import Probe, answers_200, router_counts, wait_ready
+from pytest_kimi.procgroup import hold_signals, interrupt, stop_all
 
 POLL_S = 0.1
 
@@ -63,11 +63,15 @@ class Deployment:
         self.progress(f"all {len(self.plan.servers)} server processes started; waiting for rank 0s")
         with httpx.Client(timeout=5.0, trust_env=False) as http:
             for spec in self.plan.rank0():
-                self._wait_http(http, spec, "/health", deadline)
-                self._wait_http(http, spec, "/get_model_info", deadline)
+                where = f"replica {spec.replica} (node {spec.node.name}) not healthy at"
+                for url in (spec.url + "/health", spec.url + "/get_model_info"):
+                    self._wait(http, spec, answers_200(url), f"{where} {url}", deadline)
                 self.progress(f"replica {spec.replica} healthy at {spec.url}")
-            self._launch(self.plan.router)
-            self._wait_router(http, deadline)
+            router, url = self.plan.router, self.plan.router.url + "/readiness"
+            self._launch(router)
+            ready = router_counts(url, len(self.plan.rank0()))
+            where = f"router on {router.node.name} not ready at"
+            self._wait(http, router, ready, f"{where} {url}", deadline)
         self.ready_s = time.monotonic() - self.started_at
         self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
 
@@ -110,49 +114,19 @@ class Deployment:
                     f"code {code} during start-up; last lines of its log:\n{tail}"
                 )
 
-    def _wait_http(self, http: httpx.Client, spec: ProcessSpec, path: str, deadline: float) -> None:
-        url = spec.url + path
-        last = "no answer yet"
-        while True:
-            self.check_processes()
-            try:
-                response = http.get(url)
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            if time.monotonic() > deadline:
-                raise BringUpError(
-                    f"replica {spec.replica} (node {spec.node.name}) not healthy at {url} after "
-                    f"{self.timeout_s:g}s ({last}); last lines of its log:\n"
-                    + self.executor.log_tail(self.handles[spec.name], 50)
-                )
-            time.sleep(self.poll_s)
-
-    def _wait_router(self, http: httpx.Client, deadline: float) -> None:
-        router = self.plan.router
-        url = router.url + "/readiness"
-        want = len(self.plan.rank0())
-        last = "no answer yet"
-        while True:
-            self.check_processes()
-            try:
-                response = http.get(url)
-                body = response.json() if response.content else {}
-                healthy = int(body.get("healthy_workers", 0)) if isinstance(body, dict) else 0
-                if response.status_code == 200 and healthy >= want:
-                    return
-                last = f"HTTP {response.status_code}, {healthy}/{want} workers healthy"
-            except (httpx.HTTPError, ValueError) as exc:
-                last = type(exc).__name__
-            if time.monotonic() > deadline:
-                raise BringUpError(
-                    f"router on {router.node.name} not ready at {url} after {self.timeout_s:g}s "
-                    f"({last}); last lines of its log:\n"
-                    + self.executor.log_tail(self.handles[router.name], 50)
-                )
-            time.sleep(self.poll_s)
+    def _wait(
+        self, http: httpx.Client, spec: ProcessSpec, probe: Probe, what: str, deadline: float
+    ) -> None:
+        """Until ``probe`` passes; a process exiting meanwhile fails at once, the deadline
+        with ``what`` ("... not healthy at URL"), the probe's last reason and the log tail."""
+        last = wait_ready(
+            http, probe, deadline=deadline, poll_s=self.poll_s, between=self.check_processes
+        )
+        if last is not None:
+            raise BringUpError(
+                f"{what} after {self.timeout_s:g}s ({last}); last lines of its log:\n"
+                + self.executor.log_tail(self.handles[spec.name], 50)
+            )
 
     # -- teardown --------------------------------------------------------------------------
     def stop(self) -> list[str]:
@@ -162,43 +136,35 @@ class Deployment:
         All groups are signalled together, so a teardown takes one grace period, not one per
         process. Ctrl-C or SIGTERM arriving meanwhile is held until every process is stopped
         (``held_signal``), because giving up half-way would orphan the rest."""
-        with _hold_signals(self):
+        with hold_signals(self._hold):
             unverifiable = self._adopt_interrupted_launch()
             order = [h for h in self.handles.values() if h.spec.role == "router"]
             order += [h for h in self.handles.values() if h.spec.role != "router"]
             self._mark_logs(order)
             unreachable: dict[str, str] = {}  # process name -> why its node cannot be asked
-            self._signal_all(order, "TERM")
-            remaining = self._wait_gone(order, self.grace_s, unreachable)
-            self._signal_all(remaining, "KILL")
-            remaining = self._wait_gone(remaining, 5.0, unreachable)
+            remaining = stop_all(
+                order,
+                self.executor.signal,  # one that raises (an unreachable node) is skipped
+                lambda handle: self._alive(handle, unreachable),
+                grace_s=self.grace_s,
+                poll_s=min(self.poll_s, 0.05),
+            )
             for handle in order:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
             self.executor.close()
         return self.leftovers
 
-    def _signal_all(self, handles: list[Handle], name: str) -> None:
-        for handle in handles:
-            try:
-                self.executor.signal(handle, name)
-            except Exception:  # an unreachable node: reported by the leftover check
-                continue
-
-    def _wait_gone(
-        self, handles: list[Handle], timeout_s: float, unreachable: dict[str, str]
-    ) -> list[Handle]:
-        """Poll until every group has exited or ``timeout_s`` passed; return those alive. A
-        group whose node cannot be asked goes to ``unreachable`` (it cannot be proved gone)."""
-        deadline = time.monotonic() + timeout_s
-        remaining = list(handles)
-        while True:
-            remaining = [h for h in remaining if self._alive(h, unreachable)]
-            if not remaining or time.monotonic() >= deadline:
-                return remaining
-            time.sleep(min(self.poll_s, 0.05))
+    def _hold(self, signum: int) -> None:
+        self.held_signal = signum
+        self.progress(
+            f"{signal.Signals(signum).name} received during teardown: stopping every process "
+            "first (interrupting now would leave them running; SIGKILL pytest to abandon)"
+        )
 
     def _alive(self, handle: Handle, unreachable: dict[str, str]) -> bool:
+        """A group whose node cannot be asked goes to ``unreachable`` (it cannot be proved
+        gone) and counts as not alive, so it is not asked again."""
         try:
             return self.executor.alive(handle)
         except Exception as exc:
@@ -246,7 +212,7 @@ class Deployment:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
         if exc_type is None and self.held_signal is not None:
-            raise KeyboardInterrupt(f"signal {signal.Signals(self.held_signal).name}")
+            raise interrupt(self.held_signal)
 
 
 def _leftovers(
@@ -261,26 +227,3 @@ def _leftovers(
         elif h in alive:
             out.append(f"{where} (pgid {h.pgid})")
     return out
-
-
-@contextlib.contextmanager
-def _hold_signals(deployment: Deployment) -> Iterator[None]:
-    """While tearing down: note Ctrl-C / SIGTERM (and say why we carry on) instead of
-    unwinding. Only the main thread can set handlers; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def hold(signum: int, frame: object) -> None:
-        deployment.held_signal = signum
-        deployment.progress(
-            f"{signal.Signals(signum).name} received during teardown: stopping every process "
-            "first (interrupting now would leave them running; SIGKILL pytest to abandon)"
-        )
-
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

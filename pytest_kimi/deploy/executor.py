@@ -1,16 +1,15 @@
 """Executors start, watch and stop the processes of a plan on their nodes.
 
 The deployment code is the same for every executor; only how a process is started differs.
-``LocalExecutor`` runs each "node" as a local process group (the embedded mock backend).
-Every process gets its own session (``setsid``), so stopping its group stops everything it
-started, and the executor remembers every group it made so teardown can check none is left.
+``LocalExecutor`` runs each "node" as a local process group (the embedded mock backend,
+through :mod:`pytest_kimi.procgroup`). Every process gets its own session (``setsid``), so
+stopping its group stops everything it started, and the executor remembers every group it
+made so teardown can check none is left.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 from collections import deque
@@ -20,6 +19,7 @@ from typing import Protocol
 
 from pytest_kimi.config import Node
 from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.procgroup import group_alive, signal_group, start_group
 
 
 @dataclass
@@ -90,17 +90,8 @@ class LocalExecutor:
         return done.returncode, done.stdout + done.stderr
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                list(spec.argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        popen = start_group(spec.argv, log_path, env=env, append=True)
         self._started[spec.name] = popen
         return Handle(spec, popen.pid, log_path, popen)
 
@@ -115,7 +106,7 @@ class LocalExecutor:
 
     def signal(self, handle: Handle, name: str) -> None:
         """Send ``SIG<name>`` (TERM, KILL) to the whole process group."""
-        _signal_group(handle.pgid, signal.Signals[f"SIG{name}"])
+        signal_group(handle.pgid, name)
         if handle.popen is not None:
             handle.popen.poll()  # reap the leader if it is gone
 
@@ -141,32 +132,3 @@ class LocalExecutor:
 
     def close(self) -> None:
         return None
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process group still has a live (non-zombie) member, from /proc."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # no /proc: fall back to a signal probe
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False

@@ -3,7 +3,9 @@
 Each process starts detached in its own session, the way DESIGN.md's trials showed works:
 ``setsid nohup sh -c '<cmd> >LOG 2>&1; echo $? >EXIT' & echo $!``; the printed pid is the
 process-group id, so stopping the group stops everything the process started. Logs and exit
-codes live in ``<work_dir>/<run>/`` on the node and are fetched at teardown.
+codes live in ``<work_dir>/<run>/`` on the node and are fetched at teardown. The shell each
+step runs is built (and quoted) in :mod:`pytest_kimi.deploy.remote`; this module connects,
+runs it and turns failures into :class:`NodeError`.
 
 Care taken: host keys are checked against the cluster's known_hosts (``RejectPolicy``) unless
 the YAML opts out; connect, banner, auth and channel timeouts are set so a dead host fails in
@@ -14,7 +16,6 @@ a key passphrase is read from the environment variable the YAML names and goes n
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ import invoke
 import paramiko
 
 from pytest_kimi.config import Node
+from pytest_kimi.deploy import remote
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.plan import ProcessSpec
 
@@ -177,97 +179,64 @@ class SSHExecutor:
             ) from None
         return result.exited, result.stdout + result.stderr
 
-    # -- the Executor interface ----------------------------------------------------------------
-    def _paths(self, spec: ProcessSpec) -> tuple[str, str]:
-        base = f"{self.remote_dir}/{spec.name}"
-        return base + ".log", base + ".exit"
-
-    def _pid_file(self, spec: ProcessSpec) -> str:
-        return f"{self.remote_dir}/{spec.name}.pid"
+    # -- the Executor interface (the shell each step runs: pytest_kimi.deploy.remote) -------
+    def _files(self, spec: ProcessSpec) -> remote.RemoteFiles:
+        return remote.RemoteFiles.of(self.remote_dir, spec)
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
-        log, exit_file = self._paths(spec)
-        code, out = self.run(spec.node, f"mkdir -p {shlex.quote(self.remote_dir)}")
+        files = self._files(spec)
+        code, out = self.run(spec.node, remote.mkdir(self.remote_dir))
         if code != 0:
             raise NodeError(f"node {spec.node.name}: cannot create {self.remote_dir}: {out}")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-        inner = (
-            f"{env + ' ' if env else ''}{shlex.join(spec.argv)} "
-            f">{shlex.quote(log)} 2>&1 </dev/null; echo $? >{shlex.quote(exit_file)}"
-        )
         # the node records the group id itself: if we are interrupted before reading it,
         # teardown still finds the process (adopt)
-        pid_file = shlex.quote(self._pid_file(spec))
-        command = (
-            f"setsid nohup sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null & "
-            f"echo $! >{pid_file}; cat {pid_file}"
-        )
-        code, out = self.run(spec.node, command)
-        pid = out.strip().splitlines()[-1] if out.strip() else ""
-        if code != 0 or not pid.isdigit():
+        code, out = self.run(spec.node, remote.start(spec, files))
+        pid = remote.parse_pid(out)
+        if code != 0 or pid is None:
             raise NodeError(f"node {spec.node.name}: could not start {spec.name}: {out.strip()}")
-        return Handle(spec, int(pid), Path(log))
+        return Handle(spec, pid, Path(files.log))
 
     def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None:
-        """The handle of a process whose ``start`` was interrupted: from its pid file. The
-        start command may still be running on the node, so wait a little for the file."""
-        log, _ = self._paths(spec)
-        q = shlex.quote(self._pid_file(spec))
-        _, out = self.run(spec.node, f"for i in $(seq 30); do [ -s {q} ] && break; sleep 0.1; "
-                                     f"done; cat {q} 2>/dev/null || true")  # fmt: skip
+        """The handle of a process whose ``start`` was interrupted: from its pid file."""
+        files = self._files(spec)
+        _, out = self.run(spec.node, remote.read_pid_file(files))
         pid = out.strip()
-        return Handle(spec, int(pid), Path(log)) if pid.isdigit() else None
+        return Handle(spec, int(pid), Path(files.log)) if pid.isdigit() else None
 
     def exit_code(self, handle: Handle) -> int | None:
-        _, exit_file = self._paths(handle.spec)
-        q = shlex.quote(exit_file)
-        _, out = self.run(
-            handle.spec.node,
-            f"if [ -s {q} ]; then cat {q}; "
-            f"elif ps -o stat= -g {handle.pgid} | grep -qv '^Z'; then echo running; "
-            "else echo gone; fi",
-        )
-        word = out.strip()
-        if word == "running":
-            return None
-        if word == "gone":
-            return -9  # the group vanished without writing an exit code: killed
-        return int(word) if word.lstrip("-").isdigit() else None
+        _, out = self.run(handle.spec.node, remote.exit_code(self._files(handle.spec), handle.pgid))
+        return remote.parse_exit_code(out)
 
     def alive(self, handle: Handle) -> bool:
-        _, out = self.run(handle.spec.node, f"ps -o stat= -g {handle.pgid} || true")
-        return any(line.strip() and not line.strip().startswith("Z") for line in out.splitlines())
+        _, out = self.run(handle.spec.node, remote.group_stats(handle.pgid))
+        return remote.any_alive(out)
 
     def signal(self, handle: Handle, name: str) -> None:
         """Send ``SIG<name>`` (TERM, KILL) to the process group on its node."""
-        if name not in ("TERM", "KILL", "INT"):
-            raise ValueError(f"signal {name!r}")
-        self.run(handle.spec.node, f"kill -{name} -- -{int(handle.pgid)} 2>/dev/null; true")
+        self.run(handle.spec.node, remote.signal_group(handle.pgid, name))
 
     def port_in_use(self, node: Node, port: int) -> bool:
         """A listening TCP socket on ``port`` on the node (``ss`` from iproute2; if the node
         has no ``ss`` the check is skipped and a bind failure shows in the process's log)."""
-        code, out = self.run(node, f"command -v ss >/dev/null && ss -Htln 'sport = :{int(port)}'")
+        code, out = self.run(node, remote.port_listening(port))
         return code == 0 and bool(out.strip())
 
     def log_tail(self, handle: Handle, lines: int = 50) -> str:
-        log, _ = self._paths(handle.spec)
         try:
-            _, out = self.run(handle.spec.node, f"tail -n {int(lines)} {shlex.quote(log)}")
+            _, out = self.run(handle.spec.node, remote.tail(self._files(handle.spec).log, lines))
         except NodeError as exc:
             return f"(log unavailable: {exc})"
         return out
 
     def log_size(self, handle: Handle) -> int | None:
-        log, _ = self._paths(handle.spec)
         try:
-            _, out = self.run(handle.spec.node, f"stat -c %s {shlex.quote(log)} 2>/dev/null")
+            _, out = self.run(handle.spec.node, remote.size(self._files(handle.spec).log))
         except NodeError:
             return None
         return int(out.strip()) if out.strip().isdigit() else None
 
     def fetch_log(self, handle: Handle, dest: Path) -> None:
-        log, _ = self._paths(handle.spec)
+        log = self._files(handle.spec).log
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.connection(handle.spec.node).get(log, local=str(dest))

@@ -2,12 +2,12 @@
 
 Each runs in its own session (so its process group holds everything it starts), writes its
 output to a log file, and is stopped as a group: TERM, then KILL, then a check that nothing
-of the group is left. Only loopback URLs are ever polled.
+of the group is left (:mod:`pytest_kimi.procgroup`, as the local executor does). Only loopback
+URLs are ever polled.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+from pytest_kimi.procgroup import start_group, stop_groups
 
 
 class ProcessError(AssertionError):
@@ -38,24 +38,20 @@ class Proc:
     """A started process with its log; :meth:`stop` ends its whole group."""
 
     def __init__(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        log: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.log = log
-        self._handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            list(argv),
-            stdout=self._handle,
-            stderr=subprocess.STDOUT,
-            env=None if env is None else dict(env),
-            start_new_session=True,
-        )
+        self.popen = start_group(argv, log, env=env, cwd=cwd)
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def text(self) -> str:
-        self._handle.flush()
         return self.log.read_text(errors="replace")
 
     def tail(self, lines: int = 30) -> str:
@@ -76,18 +72,9 @@ class Proc:
         raise ProcessError(f"{url} not up after {timeout_s:g}s:\n{self.text()}")
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """TERM the group, KILL it after ``grace_s``; raise if any of it is left."""
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-                self.popen.wait(grace_s)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.popen.wait(5)
-        self._handle.close()
-        if group_alive(self.pid):
+        """TERM the group, KILL what is left of it after ``grace_s``; raise if any of it is
+        still alive after that."""
+        if stop_groups([self.popen], grace_s):
             raise ProcessError(f"process group {self.pid} left running")
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpcore  # noqa: F401  (see below)
 import pytest
 
-from pytest_kimi.deploy.executor import group_alive
 from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.procgroup import group_alive
 from pytest_kimi.testing.processes import Proc, mock_argv
 
 # httpx imports httpcore lazily, on first use. A pytester test restores sys.modules when it

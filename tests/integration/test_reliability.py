@@ -15,8 +15,9 @@ import pytest
 
 from pytest_kimi.config import load_cluster
 from pytest_kimi.deploy.deployment import Deployment
-from pytest_kimi.deploy.executor import LocalExecutor, group_alive
+from pytest_kimi.deploy.executor import LocalExecutor
 from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.procgroup import group_alive
 from pytest_kimi.testing.processes import signal_when
 
 pytest_plugins = ["pytester"]

@@ -1,0 +1,201 @@
+"""Process groups: start a command in its own session, watch it, and stop many at once.
+
+Everything a test, a benchmark or the local executor starts runs in its own session
+(``setsid``), so its process group holds every process it starts in turn and stopping the
+group stops all of them. Stopping is one sequence for any number of groups: TERM to every
+group at once, one shared grace period, KILL for the rest, and a report of what survived.
+
+Signals for the process that owns the groups live here too: :func:`sigterm_as_interrupt`
+lets SIGTERM unwind like Ctrl-C (so ``finally`` blocks stop the groups), and
+:func:`hold_signals` keeps Ctrl-C / SIGTERM from interrupting a teardown half-way.
+
+Standard library only: the plugin imports this at start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+KILL_WAIT_S = 5.0  # after KILL: how long to wait for the kernel to take a group down
+
+
+def start_group(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    append: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its pid is its process-group id), stdin from
+    /dev/null, stdout and stderr to ``log`` (created with its folder; appended to if
+    ``append``). ``env=None`` inherits this process's environment."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab" if append else "wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def signal_group(pgid: int, sig: signal.Signals | str) -> None:
+    """Send ``sig`` (a signal, or a name such as ``"TERM"``) to every process of a group; a
+    group that is already gone is not an error."""
+    if isinstance(sig, str):
+        sig = signal.Signals[f"SIG{sig}"]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process group still has a live (non-zombie) member, from /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: fall back to a signal probe
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def popen_alive(popen: subprocess.Popen) -> bool:
+    """Whether the group led by our child ``popen`` has a live member. The leader is reaped
+    first, so a leader that exited does not linger as a zombie (nor keep its exit code)."""
+    popen.poll()
+    return group_alive(popen.pid)
+
+
+def stop_all(
+    items: Sequence[T],
+    send: Callable[[T, str], None],
+    alive: Callable[[T], bool],
+    *,
+    grace_s: float,
+    kill_wait_s: float = KILL_WAIT_S,
+    poll_s: float = 0.05,
+) -> list[T]:
+    """Stop many things at once, the one way: ``send(item, "TERM")`` to every item, poll
+    ``alive`` until all are gone or ``grace_s`` passed (one grace period for all of them,
+    not one each), ``send(item, "KILL")`` to the rest, poll again up to ``kill_wait_s``.
+    Returns the items still alive. A ``send`` that raises is skipped (whether the item is
+    gone is for ``alive`` to say); ``alive`` decides what an item it cannot ask counts as."""
+    remaining = list(items)
+    for sig, wait_s in (("TERM", grace_s), ("KILL", kill_wait_s)):
+        for item in remaining:
+            try:
+                send(item, sig)
+            except Exception:
+                continue
+        remaining = _wait_gone(remaining, alive, wait_s, poll_s)
+        if not remaining:
+            break
+    return remaining
+
+
+def _wait_gone(
+    items: list[T], alive: Callable[[T], bool], timeout_s: float, poll_s: float
+) -> list[T]:
+    """Poll (at least once) until no item is alive or ``timeout_s`` passed; those alive."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items = [item for item in items if alive(item)]
+        if not items or time.monotonic() >= deadline:
+            return items
+        time.sleep(poll_s)
+
+
+def stop_groups(
+    popens: Sequence[subprocess.Popen],
+    grace_s: float = 10.0,
+    *,
+    kill_wait_s: float = KILL_WAIT_S,
+    poll_s: float = 0.02,
+) -> list[subprocess.Popen]:
+    """:func:`stop_all` for groups this process started (:func:`start_group`): TERM every
+    group, KILL what is left after ``grace_s``; returns those with a member still alive."""
+
+    def send(popen: subprocess.Popen, name: str) -> None:
+        signal_group(popen.pid, name)
+
+    alive = stop_all(
+        popens, send, popen_alive, grace_s=grace_s, kill_wait_s=kill_wait_s, poll_s=poll_s
+    )
+    for popen in popens:  # a leader can die between its reap and the group check: reap it
+        popen.poll()
+    return alive
+
+
+def interrupt(signum: int) -> KeyboardInterrupt:
+    """The KeyboardInterrupt that stands for signal ``signum`` ("signal SIGTERM")."""
+    return KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Let SIGTERM unwind like Ctrl-C (KeyboardInterrupt), so ``finally`` blocks and context
+    managers stop what they started and nothing is orphaned. Only the main thread can set
+    handlers; elsewhere nothing changes. The previous handler is restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise interrupt(signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def hold_signals(
+    on_signal: Callable[[int], None],
+    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+) -> Iterator[None]:
+    """While inside (a teardown): Ctrl-C / SIGTERM call ``on_signal(signum)`` instead of
+    unwinding, because giving up half-way would leave processes running; the caller delivers
+    the signal afterwards (``raise interrupt(signum)``). Only the main thread can set
+    handlers; elsewhere nothing changes. The previous handlers are restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        on_signal(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
