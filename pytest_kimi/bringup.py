@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import signal
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pytest_kimi.procgroup import sigterm_as_interrupt
+from pytest_kimi.procgroup import interrupt, sigterm_as_interrupt
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
@@ -104,7 +103,7 @@ def _teardown(
             result.notes.append("processes left running after teardown: " + ", ".join(leftovers))
         folder.write_summary(result, inputs.backend, inputs.time_scale)
         if dep.held_signal is not None and not failing:
-            raise KeyboardInterrupt(f"signal {signal.Signals(dep.held_signal).name}")
+            raise interrupt(dep.held_signal)
 
 
 def _node_environments(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[dict]:
