@@ -18,7 +18,14 @@ from typing import Any
 from aiohttp import web
 
 from pytest_kimi.mock.faults import LOG_LINES
-from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, BadRequest, sse
+from pytest_kimi.mock.http_common import (
+    ARGS_KEY,
+    ENGINE_KEY,
+    FAULTS_KEY,
+    GATE_KEY,
+    BadRequest,
+    sse,
+)
 from pytest_kimi.mock.tokenizer_files import count_tokens, vocabulary
 
 log = logging.getLogger("sglang.mock")
@@ -110,6 +117,8 @@ async def run_generation(
             text=json.dumps({"error": {"message": "mock fault: internal error", "code": 500}}),
             content_type="application/json",
         )
+    if faults.hold_until_late_health:  # test-only: wait until /health was seen late while busy
+        await request.app[GATE_KEY].hold()
     rid = uuid.uuid4().hex
     handle = engine.submit(rid, prompt, max_new)
     args = request.app[ARGS_KEY]

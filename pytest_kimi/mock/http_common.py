@@ -12,10 +12,12 @@ from aiohttp import web
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import Faults
+from pytest_kimi.mock.healthgate import HealthGate
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 ARGS_KEY = web.AppKey("args", MockArgs)
 FAULTS_KEY = web.AppKey("faults", Faults)
+GATE_KEY = web.AppKey("health_gate", HealthGate)
 
 
 class BadRequest(web.HTTPBadRequest):

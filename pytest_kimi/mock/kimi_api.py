@@ -42,6 +42,7 @@ async def set_faults(request: web.Request) -> web.Response:
         "malformed_after_tokens": faults.malformed_after_tokens,
         "error_rate": faults.error_rate,
         "health": faults.health,
+        "hold_until_late_health": faults.hold_until_late_health,
         "requests_seen": faults.requests_seen,
     }
     return web.json_response(state)

@@ -14,7 +14,8 @@ from pytest_kimi.mock import kimi_api, native_api, openai_api, status_api
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import Faults
-from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY
+from pytest_kimi.mock.healthgate import HealthGate
+from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, GATE_KEY
 from pytest_kimi.mock.status_api import VERSION
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
 
@@ -24,6 +25,7 @@ def build_app(args: MockArgs, engine: Engine, faults: Faults | None = None) -> w
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE_KEY], app[ARGS_KEY] = engine, args
     app[FAULTS_KEY] = faults or Faults()
+    app[GATE_KEY] = HealthGate()
     r = app.router
     r.add_get("/health", status_api.health)
     r.add_get("/health_generate", status_api.health)

@@ -8,18 +8,23 @@ import time
 
 from aiohttp import web
 
-from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY
+from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, GATE_KEY
 
 VERSION = "0.5.9-kimi-mock"
 
 
 async def health(request: web.Request) -> web.Response:
-    faults = request.app[FAULTS_KEY]
+    faults, gate = request.app[FAULTS_KEY], request.app[GATE_KEY]
     if faults.health == "fail":
         return web.Response(status=503, text="unhealthy (mock fault)\n")
-    delay = faults.health_delay(busy=request.app[ENGINE_KEY].running > 0)
+    busy = request.app[ENGINE_KEY].running > 0 or gate.held > 0  # held requests are in flight
+    delay = faults.health_delay(busy=busy)
     if delay:
-        await asyncio.sleep(delay)
+        try:
+            await asyncio.sleep(delay)
+        finally:  # answered late, or cancelled because its client gave up: late either way
+            if busy and faults.hold_until_late_health:
+                gate.probe_answered_late(delay, client_gone=request.transport is None)
     return web.Response(status=200)
 
 
