@@ -15,6 +15,9 @@ prove that every failure is explained and nothing is lost.
 | ``health`` | ok / fail / slow:S | ``/health`` answers 503, or only after S wall seconds |
 | ``health`` | busy_slow:S | only after S wall seconds while requests run (SGLang's own |
 | | | ``/health`` waits for a scheduler output, slow behind long prefills) |
+| ``hold_until_late_health`` | true/false | test-only, with ``health=slow:S``/``busy_slow:S``: |
+| | | requests wait before scheduling until one ``/health`` that arrived |
+| | | while busy has been answered S s late (once; see ``healthgate.py``) |
 | ``log`` | oom / nccl / traceback / engine_dead | print that error to the log now |
 """
 
@@ -55,23 +58,39 @@ class Faults:
     malformed_after_tokens: int | None = None
     error_rate: float = 0.0
     health: str = "ok"
+    hold_until_late_health: bool = False
     seed: int = 0
     rng: random.Random = field(default_factory=random.Random, repr=False)
     requests_seen: int = 0
 
     def update(self, values: dict[str, Any]) -> None:
-        """Apply knobs by name; ``log`` prints its line at once."""
+        """Apply knobs by name; ``log`` prints its line at once. All or nothing: a bad name,
+        value or combination raises FaultError and changes nothing."""
         names = {f.name for f in fields(self)} - {"rng", "requests_seen"}
+        new: dict[str, Any] = {}
+        lines: list[str] = []
         for name, value in values.items():
             if name == "log":
                 line = LOG_LINES.get(str(value))
                 if line is None:
                     raise FaultError(f"log: one of {', '.join(LOG_LINES)}, got {value!r}")
-                log.error(line)
+                lines.append(line)
             elif name not in names:
                 raise FaultError(f"unknown fault {name!r}; known: {', '.join(sorted(names))}, log")
             else:
-                setattr(self, name, _convert(name, value))
+                new[name] = _convert(name, value)
+        health = new.get("health", self.health)
+        if new.get("hold_until_late_health", self.hold_until_late_health) and not (
+            health.startswith(("slow:", "busy_slow:"))
+        ):
+            raise FaultError(
+                f"hold_until_late_health needs health=slow:S or busy_slow:S, not {health!r}: "
+                "no /health would ever be answered late, so held requests would wait for nothing"
+            )
+        for name, value in new.items():
+            setattr(self, name, value)
+        for line in lines:
+            log.error(line)
         self.rng.seed(self.seed)
 
     def should_fail_request(self) -> bool:
@@ -87,7 +106,7 @@ class Faults:
 
 def _convert(name: str, value: Any) -> Any:
     try:
-        if name == "stall":
+        if name in ("stall", "hold_until_late_health"):
             if isinstance(value, str):
                 return value.lower() in ("1", "true", "yes", "on")
             return bool(value)

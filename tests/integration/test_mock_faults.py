@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -84,6 +85,29 @@ def test_health_knobs_and_log_lines(spawn, mock_cmd):
         assert needle in proc.text()
 
 
+def test_held_requests_wait_until_a_busy_health_probe_was_answered_late(spawn, mock_cmd):
+    proc, url = _start(spawn, mock_cmd, "health=busy_slow:2", "hold_until_late_health=true")
+    proc.wait_http(url + "/health")  # idle: /health answers at once
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_send, url)
+        while True:  # probe until one meets the request in flight (it cannot finish before)
+            try:
+                httpx.get(url + "/health", timeout=0.5).raise_for_status()
+            except httpx.ReadTimeout:
+                break
+            assert not pending.done(), pending.result()
+        [record] = pending.result(timeout=60)  # released once that probe was answered, late
+    assert record.success
+    assert "/health answered 2s late while busy" in proc.text()
+    assert "releasing 1 held request(s)" in proc.text()  # it was still held at that moment
+    # all or nothing: health=ok would leave held requests waiting for a late probe forever
+    response = httpx.post(url + "/kimi/faults", json={"health": "ok"})
+    assert response.status_code == 400 and "hold_until_late_health needs" in response.text
+    both = {"health": "ok", "hold_until_late_health": False}
+    state = httpx.post(url + "/kimi/faults", json=both).json()
+    assert state["health"] == "ok" and state["hold_until_late_health"] is False
+
+
 def test_unknown_fault_is_rejected(spawn, mock_cmd):
     proc, url = _start(spawn, mock_cmd)
     proc.wait_http(url + "/health")
@@ -92,3 +116,6 @@ def test_unknown_fault_is_rejected(spawn, mock_cmd):
     bad, _ = _start(spawn, mock_cmd, "error_rate=2")
     assert bad.popen.wait(timeout=20) == 2
     assert "error_rate: bad value" in bad.text()
+    held, _ = _start(spawn, mock_cmd, "hold_until_late_health=true")
+    assert held.popen.wait(timeout=20) == 2
+    assert "hold_until_late_health needs health=slow:S or busy_slow:S" in held.text()

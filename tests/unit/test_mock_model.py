@@ -1,10 +1,16 @@
-"""The mock's performance model and scheduler, in virtual time (no processes, no sleeps)."""
+"""The mock's performance model and scheduler, in virtual time, and its fault-knob state (no
+processes, no sleeps)."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 import numpy as np
 import pytest
 
+from pytest_kimi.mock.faults import FaultError, Faults
+from pytest_kimi.mock.healthgate import HealthGate
 from pytest_kimi.mock.perfmodel import CostModel, Prefill, Profile
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.twin import simulate
@@ -162,3 +168,47 @@ def test_simulation_is_deterministic_for_a_seed_even_with_jitter():
     c = _dp2(32, 1, jitter=0.0)
     assert np.array_equal(a[0], b[0]) and a[2] == b[2]
     assert a[2] != c[2]
+
+
+# -- fault knobs ------------------------------------------------------------------------------
+
+
+def test_health_gate_holds_requests_until_a_late_probe_then_lets_all_through():
+    async def scenario() -> None:
+        gate = HealthGate()
+        first, second = asyncio.create_task(gate.hold()), asyncio.create_task(gate.hold())
+        await asyncio.sleep(0)  # both reach the gate
+        assert gate.held == 2 and not first.done() and not second.done()
+        gate.probe_answered_late(3.0, client_gone=True)
+        await asyncio.gather(first, second)
+        assert gate.held == 0
+        await asyncio.wait_for(gate.hold(), 5)  # open for good: no wait, nothing counted
+        assert gate.held == 0
+
+    asyncio.run(scenario())
+
+
+def test_health_gate_never_probed_releases_at_its_limit_and_says_so(caplog):
+    async def scenario() -> None:
+        gate = HealthGate(limit_s=0)
+        await gate.hold()
+        assert gate.opened.is_set() and gate.held == 0
+
+    with caplog.at_level(logging.ERROR, logger="sglang.mock"):
+        asyncio.run(scenario())
+    assert "no /health probe was answered late" in caplog.text
+
+
+def test_hold_needs_a_late_health_and_a_bad_update_changes_nothing(caplog):
+    faults = Faults()
+    with pytest.raises(FaultError, match="hold_until_late_health needs health=slow:S"):
+        faults.update({"hold_until_late_health": "true"})
+    assert faults.hold_until_late_health is False
+    faults.update({"health": "busy_slow:3", "hold_until_late_health": "true"})
+    assert faults.hold_until_late_health is True and faults.health_delay(busy=True) == 3.0
+    with caplog.at_level(logging.ERROR, logger="sglang.mock"), pytest.raises(FaultError):
+        faults.update({"log": "oom", "health": "ok", "error_rate": 1})
+    assert faults.health == "busy_slow:3" and faults.error_rate == 0.0
+    assert "out of memory" not in caplog.text  # all or nothing: not even the log line
+    faults.update({"health": "ok", "hold_until_late_health": False})
+    assert faults.health == "ok"

@@ -1,0 +1,78 @@
+"""SGLang's OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``: streamed
+deltas, and a final usage chunk when ``stream_options.include_usage`` asks for one."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from pytest_kimi.mock.generation import State, prompt_tokens, run_generation, sampling
+from pytest_kimi.mock.http_common import BadRequest, read_body
+from pytest_kimi.mock.tokenizer_files import count_tokens
+
+
+def _head(body: dict[str, Any], kind: str, rid: str) -> dict[str, Any]:
+    return {"id": rid, "object": kind, "created": int(time.time()), "model": body.get("model")}
+
+
+def _usage(s: State) -> dict[str, int]:
+    return {
+        "prompt_tokens": s.prompt,
+        "completion_tokens": s.generated,
+        "total_tokens": s.prompt + s.generated,
+    }
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    body = await read_body(request)
+    max_new, stream = sampling(body, "max_tokens", 16)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    def render(s: State, whole: bool = False, tail: bool = False) -> Any:
+        head = _head(body, "text_completion", s.rid)
+        if whole:
+            choice = {"index": 0, "text": s.text(), "logprobs": None, "finish_reason": "length"}
+            return {**head, "choices": [choice], "usage": _usage(s)}
+        if tail:
+            return [{**head, "choices": [], "usage": _usage(s)}] if include_usage else []
+        finish = "length" if s.done else None
+        choice = {
+            "index": 0,
+            "text": s.text(s.generated - 1),
+            "logprobs": None,
+            "finish_reason": finish,
+            "matched_stop": None,
+        }
+        return [{**head, "choices": [choice], "usage": None}]
+
+    return await run_generation(request, prompt_tokens(body.get("prompt")), max_new, stream, render)
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    body = await read_body(request)
+    max_new, stream = sampling(body, "max_tokens", 16)
+    if "max_completion_tokens" in body:
+        max_new, _ = sampling(body, "max_completion_tokens", max_new)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+    def render(s: State, whole: bool = False, tail: bool = False) -> Any:
+        head = _head(body, "chat.completion.chunk", s.rid)
+        if whole:
+            message = {"role": "assistant", "content": s.text()}
+            choice = {"index": 0, "message": message, "finish_reason": "length"}
+            return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(s)}
+        if tail:
+            return [{**head, "choices": [], "usage": _usage(s)}] if include_usage else []
+        delta: dict[str, Any] = {"content": s.text(s.generated - 1)}
+        if s.generated == 1:
+            delta["role"] = "assistant"
+        choice = {"index": 0, "delta": delta, "finish_reason": "length" if s.done else None}
+        return [{**head, "choices": [choice], "usage": None}]
+
+    return await run_generation(request, count_tokens(prompt), max_new, stream, render)
