@@ -78,6 +78,14 @@ class Proc:
             raise ProcessError(f"process group {self.pid} left running")
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """In a child about to exec: SIGINT back to its default. A harness started in the
+    background of a non-interactive shell (``cmd &``) has SIGINT ignored, children inherit
+    that across exec, and Python then never installs its Ctrl-C handler: the test's "Ctrl-C"
+    would do nothing, which is not what a user's terminal does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_when(
     argv: Sequence[str],
     log: Path,
@@ -90,7 +98,8 @@ def signal_when(
     """Run ``argv`` (output to ``log``), send ``sig`` once ``ready(output so far)``, wait for
     it to exit; return (exit code, output). Fails with the output if it exits or stalls first."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(list(argv), cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(argv), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=ctrl_c_as_at_a_terminal)  # fmt: skip
         try:
             deadline = time.monotonic() + timeout_s
             while not ready(log.read_text(errors="replace")):

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from testhosts import TestCluster, sweep_stale
 
+from pytest_kimi.testing.processes import ctrl_c_as_at_a_terminal
+
 
 def _ssh(cluster: TestCluster, host, *command: str, timeout: float = 30, **kw):
     return cluster.run_in_hub(cluster.ssh_argv(host, *command, **kw), timeout=timeout)
@@ -294,6 +296,7 @@ def test_killed_run_is_cleaned(testhosts_preflight, sig: int) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
     try:
         lines = []
