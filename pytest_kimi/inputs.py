@@ -8,6 +8,7 @@ and the workload's prompts. Any problem is a :class:`UsageProblem` (pytest's usa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kimi import catalogue
@@ -66,7 +67,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
     there."""
     from pytest_kimi import baseline as baseline_mod
     from pytest_kimi.config import ConfigError, load_cluster
-    from pytest_kimi.workload.dataset import DatasetError, load_workload, resolve_dataset
+    from pytest_kimi.workload.dataset import DatasetError, load_workload
 
     try:
         cluster = load_cluster(options.cluster_path)
@@ -77,10 +78,14 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         workload = None
         if not dry_run:
             workload = load_workload(
-                resolve_dataset(wl.dataset, cluster.path.parent),
+                dataset_path(options, cluster),
                 num_requests=wl.num_requests + wl.warmup_requests,
                 seed=wl.seed,
-                category=wl.category,
+                category=options.category or wl.category,
+                config=options.speedbench_config or wl.speedbench_config,
+                prompt=options.prompt or wl.prompt,
+                api=wl.api,
+                tokenizer_dir=tokenizer_dir(options, cluster),
             )
         thresholds = {
             **catalogue.DEFAULT_THRESHOLDS,
@@ -93,6 +98,29 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
     if options.endpoint and len(layouts) != 1:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
     return Inputs(options, cluster, layouts, slos, workload, thresholds, baseline)
+
+
+def dataset_path(options: Options, cluster: ClusterConfig) -> Path:
+    """``--kimi-dataset`` (relative to the current directory) over the cluster file's
+    ``workload.dataset`` (relative to the cluster file)."""
+    from pytest_kimi.workload.dataset import resolve_dataset
+
+    if options.dataset:
+        return resolve_dataset(options.dataset)
+    return resolve_dataset(cluster.workload.dataset, cluster.path.parent)
+
+
+def tokenizer_dir(options: Options, cluster: ClusterConfig) -> Path:
+    """Where the served model's chat template is read from, on this machine: ``--kimi-tokenizer``,
+    else the servers' ``tokenizer-path`` flag, else their ``model_path`` (``builtin:mock-tokenizer``
+    is the shipped one). Only read when a chat template is asked for."""
+    from pytest_kimi.deploy.plan import resolve_model_path
+
+    if options.tokenizer:
+        return Path(options.tokenizer).expanduser()
+    given = cluster.server.args.get("tokenizer-path")
+    value = given if isinstance(given, str) else cluster.server.model_path
+    return Path(resolve_model_path(value)).expanduser()
 
 
 def layout_slos(

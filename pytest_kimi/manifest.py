@@ -1,7 +1,8 @@
 """``manifest.json``: what exactly ran for a layout, so a result can be reproduced and trusted.
 
-Launch command lines per process (secrets redacted), versions, the workload with the dataset's
-SHA-256, SLOs, and, once the nodes are up, each node's environment.
+Launch command lines per process (secrets redacted), versions, the workload with every dataset
+file read and its SHA-256, the SPEED-Bench config, the category and how prompts were built
+(raw or chat template), SLOs, and, once the nodes are up, each node's environment.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ _WORKLOAD_FIELDS = (
     "num_requests", "input_len", "output_len", "concurrency", "warmup_requests", "api", "seed",
     "category", "request_timeout_s",
 )  # fmt: skip
+
+
+def _effective(inputs: Inputs) -> dict[str, Any]:
+    """Category, config and prompt construction as run: the command line overrides the YAML."""
+    wl, opts = inputs.cluster.workload, inputs.options
+    return {
+        "category": opts.category or wl.category,
+        "speedbench_config": opts.speedbench_config or wl.speedbench_config,
+        "prompt": opts.prompt or wl.prompt,
+    }
 
 
 def manifest(
@@ -41,6 +52,7 @@ def manifest(
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             "request_rate": str(wl.request_rate),
+            **_effective(inputs),
             "dataset": inputs.workload.manifest() if inputs.workload else None,
         },
         "slo": {name: s.describe() for name, s in inputs.slos[layout.name].items()},

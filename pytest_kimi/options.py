@@ -27,6 +27,11 @@ class Options:
     save_baseline: Path | None = None
     baseline: Path | None = None
     fail_thresholds: str = ""
+    dataset: str | None = None  # --kimi-dataset: over the cluster file's workload.dataset
+    speedbench_config: str | None = None  # over workload.speedbench_config
+    category: str | None = None  # over workload.category
+    prompt: str | None = None  # over workload.prompt
+    tokenizer: str | None = None  # local tokenizer dir for prompt: chat_template
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -94,6 +99,46 @@ def add_options(parser: pytest.Parser) -> None:
         help="regression thresholds, e.g. ttft_p95:10%%,tpot_mean:5%% (defaults: cluster YAML "
         "'regression', else ttft_p95:10%%,tpot_mean:5%%,output_throughput:5%%)",
     )
+    group.addoption(
+        "--kimi-dataset",
+        dest="kimi_dataset",
+        default=None,
+        metavar="PATH",
+        help="SPEED-Bench data: a .jsonl or .parquet file, or a local snapshot directory of "
+        "nvidia/SPEED-Bench (default: the cluster file's workload.dataset)",
+    )
+    group.addoption(
+        "--kimi-speedbench-config",
+        dest="kimi_speedbench_config",
+        default=None,
+        metavar="NAME",
+        help="config of a snapshot directory, as its dataset card names them, e.g. "
+        "throughput_1k, qualitative (default: workload.speedbench_config, else throughput_16k)",
+    )
+    group.addoption(
+        "--kimi-category",
+        dest="kimi_category",
+        default=None,
+        metavar="NAME",
+        help="only rows of this category, e.g. low_entropy (default: workload.category)",
+    )
+    group.addoption(
+        "--kimi-prompt",
+        dest="kimi_prompt",
+        default=None,
+        choices=("raw", "chat_template", "chat_template_or_raw"),
+        help="what is sent: the first turn as is (raw), or in the served model's chat template "
+        "as SGLang's SPEED-Bench loader does (chat_template; _or_raw: fall back to raw when the "
+        "tokenizer has none). Default: workload.prompt, else raw",
+    )
+    group.addoption(
+        "--kimi-tokenizer",
+        dest="kimi_tokenizer",
+        default=None,
+        metavar="DIR",
+        help="local copy of the served model's tokenizer directory, for the chat template "
+        "(default: server.args tokenizer-path, else server.model_path)",
+    )
     parser.addini("kimi_layout", "default for --layout")
     parser.addini("kimi_cluster", "default for --cluster")
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
@@ -128,6 +173,11 @@ def resolve(config: pytest.Config) -> Options:
         save_baseline=Path(save) if save else None,
         baseline=Path(base) if base else None,
         fail_thresholds=config.getoption("kimi_fail"),
+        dataset=config.getoption("kimi_dataset"),
+        speedbench_config=config.getoption("kimi_speedbench_config"),
+        category=config.getoption("kimi_category"),
+        prompt=config.getoption("kimi_prompt"),
+        tokenizer=config.getoption("kimi_tokenizer"),
     )
 
 
@@ -135,6 +185,7 @@ def explicit(config: pytest.Config) -> bool:
     """Whether this session asked for pytest-kimi (then inputs are checked up front)."""
     return (
         any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
+        or bool(config.getoption("kimi_dataset"))
         or bool(config.getoption("kimi_slo"))
         or bool(config.getoption("kimi_dry_run"))
     )

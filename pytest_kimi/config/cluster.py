@@ -105,6 +105,8 @@ class WorkloadConfig:
     percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
     goodput: Mapping[str, str] = field(default_factory=dict)  # per-request limits: ttft/tpot/e2e
     goodput_ms: Mapping[str, float] = field(default_factory=dict)  # the same limits, parsed
+    speedbench_config: str = "throughput_16k"  # config of a snapshot directory
+    prompt: str = "raw"  # raw | chat_template | chat_template_or_raw
 
 
 @dataclass(frozen=True)

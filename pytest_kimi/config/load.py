@@ -137,4 +137,6 @@ def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
         percentiles=tuple(workload.percentiles),
         goodput=goodput,
         goodput_ms=checks.goodput_ms(src, goodput),
+        speedbench_config=workload.speedbench_config,
+        prompt=workload.prompt,
     )

@@ -34,6 +34,8 @@ from pytest_kimi.config.fields import (
     one_of,
 )
 
+PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
+
 PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
 WRAPPER = "argv put before python, e.g. a container: [docker, exec, sglang]."
 ARGS = "Command-line flags without leading dashes: flag-name: value (true = a bare flag)."
@@ -136,7 +138,21 @@ class Goodput(_Model):
 class Workload(_Model):
     """The benchmark workload: SPEED-Bench rows, lengths, concurrency."""
 
-    dataset: Text = Field(description="JSONL file (relative to this file) or builtin:NAME.")
+    dataset: Text = Field(
+        description="SPEED-Bench data (relative to this file): a .jsonl or .parquet file, a "
+        "local snapshot directory of nvidia/SPEED-Bench, or builtin:NAME."
+    )
+    speedbench_config: Text = Field(
+        "throughput_16k",
+        description="Config read from a snapshot directory, as its dataset card's configs: "
+        "name them (qualitative, throughput_1k .. throughput_32k).",
+    )
+    prompt: one_of(*PROMPT_MODES) = Field(
+        "raw",
+        description="What is sent: raw (the first turn as is) or chat_template (the first turn "
+        "in the served model's chat template, as SGLang's SPEED-Bench loader); "
+        "chat_template_or_raw falls back to raw when the tokenizer has no template.",
+    )
     num_requests: Count = Field(description="Measured requests per layout.")
     input_len: Count = Field(description="Nominal prompt length in tokens.")
     output_len: Count = Field(description="Tokens generated per request.")

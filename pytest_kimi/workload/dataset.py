@@ -1,20 +1,16 @@
-"""SPEED-Bench workload files: parse, validate, select, fingerprint.
+"""SPEED-Bench workloads: read, validate, select, fingerprint.
 
 Why this module is strict: a benchmark number is only as good as its prompts. A row that holds
 NVIDIA's placeholder text instead of a real prompt, or an empty prompt, would still produce
 latencies, just meaningless ones; so every problem is refused with a message that names the
-file, the 1-based line and the field, the way a compiler would. Why checksums: two runs can only
-be compared if they sent the same prompts, so a :class:`Workload` carries the sha256 of the file
-and of the selected prompts, for the run manifest.
+file, the 1-based line (row for parquet) and the field, the way a compiler would. Why
+checksums: two runs can only be compared if they sent the same prompts, so a :class:`Workload`
+carries the sha256 of every file read and of the selected prompts, for the run manifest.
 
-Two row formats exist in the wild and both are read:
-
-* SGLang's loader: ``{"question_id": ..., "category": ..., "turns": ["text", ...]}``;
-* NeMo's prepare script and AIPerf: ``{"question_id": ..., "category": ...,
-  "messages": [{"role": "user", "content": "text"}, ...]}``.
-
-The prompt is the first user turn (a throughput benchmark sends one turn per request).
-Standard library only, so the loader works wherever the plugin is installed.
+A dataset is a JSONL file, a parquet file, or a local snapshot directory of
+``nvidia/SPEED-Bench`` (:mod:`.speedbench` chooses its files by config). Rows are checked by
+:mod:`.rows`; how a first turn becomes the text sent (raw or in the chat template) is
+:mod:`.prompts`. Standard library only for JSONL; pyarrow is imported for parquet only.
 """
 
 from __future__ import annotations
@@ -23,16 +19,37 @@ import hashlib
 import json
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-PLACEHOLDER_MARKERS: tuple[str, ...] = ("FULL BENCHMARK DATA SHOULD BE FETCHED",)
-"""Text found in published SPEED-Bench rows that stand in for data not redistributed.
+from pytest_kimi.workload import prompts as prompts_mod
+from pytest_kimi.workload.prompts import PromptConstruction
+from pytest_kimi.workload.rows import (
+    PLACEHOLDER_MARKERS,
+    UNCATEGORIZED,
+    DatasetError,
+    Prompt,
+    fail,
+    row_prompt,
+    type_name,
+)
+from pytest_kimi.workload.speedbench import DataFile, parquet_rows, sha256_file, snapshot_files
 
-A prompt containing any of these (case-insensitive) is refused: benchmarking it would measure
-a short placeholder instead of the intended 16K-token prompt.
-"""
+__all__ = [
+    "BUILTIN_DATASETS",
+    "BUNDLED_DATASET",
+    "DEFAULT_CONFIG",
+    "PLACEHOLDER_MARKERS",
+    "UNCATEGORIZED",
+    "DatasetError",
+    "Prompt",
+    "Workload",
+    "load_workload",
+    "read_rows",
+    "read_source",
+    "resolve_dataset",
+]
 
 BUNDLED_DATASET: Path = (
     Path(__file__).resolve().parent.parent / "data" / "speedbench_synthetic_16k.jsonl"
@@ -43,36 +60,21 @@ BUILTIN_DATASETS: dict[str, Path] = {"speedbench16k": BUNDLED_DATASET}
 """Names accepted after ``builtin:`` by :func:`resolve_dataset`."""
 
 BUILTIN_PREFIX = "builtin:"
-UNCATEGORIZED = "uncategorized"
-"""Category given to rows that have none, so category filters and reports stay total."""
-
-
-class DatasetError(ValueError):
-    """A dataset file cannot be used; the message says where (``file:line: field 'x': ...``)."""
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One benchmark prompt, traceable to the line it came from."""
-
-    id: str
-    """``question_id`` of the row, else ``"line-<n>"``."""
-    category: str
-    """The row's category, else ``"uncategorized"``."""
-    text: str
-    """The first user turn: what is sent to the server."""
-    line: int
-    """1-based line number in the file."""
+DEFAULT_CONFIG = "throughput_16k"
+"""The SPEED-Bench config read from a snapshot directory unless another is named."""
 
 
 @dataclass(frozen=True)
 class Workload:
     """The prompts of one run, in request order, with what is needed to reproduce them.
 
-    ``file_sha256`` is the sha256 of the file's bytes. ``prompts_sha256`` is the sha256 of the
-    concatenation, in request order, of each selected prompt's text encoded as UTF-8 followed by
-    one ``b"\\n"``: it changes if the file, the seed, the category or the request count changes
-    which prompts are sent or in what order, and only then.
+    ``file_sha256`` is the sha256 of the file's bytes when the rows came from one file; from a
+    snapshot directory it is the sha256 of the ``sha256sum``-style listing of its files
+    (``"<sha256>  <path relative to the directory>\n"`` each, in read order), and ``files``
+    holds each file's own. ``prompts_sha256`` is the sha256 of the concatenation, in request
+    order, of each selected prompt's text (as sent) encoded as UTF-8 followed by one
+    ``b"\n"``: it changes if the data, the seed, the category, the request count or the prompt
+    construction changes which texts are sent or in what order, and only then.
     """
 
     path: Path
@@ -81,6 +83,11 @@ class Workload:
     prompts_sha256: str
     category: str | None
     seed: int
+    files: tuple[DataFile, ...] = ()
+    config: str | None = None  # the SPEED-Bench config of a snapshot directory; None for a file
+    construction: PromptConstruction = field(
+        default_factory=lambda: PromptConstruction(prompts_mod.RAW, prompts_mod.RAW)
+    )
 
     def __len__(self) -> int:
         """Number of selected prompts (the number of requests)."""
@@ -91,100 +98,24 @@ class Workload:
         return {
             "path": str(self.path),
             "file_sha256": self.file_sha256,
+            "files": [f.manifest() for f in self.files],
+            "speedbench_config": self.config,
             "prompts_sha256": self.prompts_sha256,
             "num_prompts": len(self.prompts),
             "category": self.category,
             "seed": self.seed,
+            "prompt": self.construction.manifest(),
             "prompt_ids": [p.id for p in self.prompts],
         }
 
 
 def _fail(path: Path, line: int, problem: str, field: str | None = None) -> DatasetError:
-    """Build the error in one format everywhere: ``path:line: field 'f': problem``."""
-    where = f"{path}:{line}:"
-    if field is not None:
-        where += f" field '{field}':"
-    return DatasetError(f"{where} {problem}")
-
-
-def _type_name(value: object) -> str:
-    """JSON-flavoured type name for messages (users write JSON, not Python)."""
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return names.get(type(value), "number" if isinstance(value, (int, float)) else "value")
-
-
-def _check_text(path: Path, line: int, field: str, text: str) -> str:
-    """Refuse empty and placeholder prompts; return the text unchanged otherwise."""
-    if not text.strip():
-        raise _fail(path, line, "empty prompt", field)
-    upper = text.upper()
-    for marker in PLACEHOLDER_MARKERS:
-        if marker.upper() in upper:
-            raise _fail(
-                path,
-                line,
-                f"placeholder text ({marker!r}), not a real prompt: fetch the full SPEED-Bench "
-                "data and point the workload at it",
-                field,
-            )
-    return text
-
-
-def _from_turns(path: Path, line: int, turns: object) -> str:
-    """First turn of SGLang's ``turns`` list."""
-    if not isinstance(turns, list):
-        raise _fail(path, line, f"expected an array of strings, got {_type_name(turns)}", "turns")
-    if not turns:
-        raise _fail(path, line, "empty prompt (no turns)", "turns")
-    first = turns[0]
-    if not isinstance(first, str):
-        raise _fail(path, line, f"expected a string, got {_type_name(first)}", "turns[0]")
-    return _check_text(path, line, "turns", first)
-
-
-def _content_text(path: Path, line: int, field: str, content: object) -> str:
-    """Message content as text: a string, or OpenAI-style parts whose text parts are joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
-        for k, part in enumerate(content):
-            if not isinstance(part, dict):
-                raise _fail(
-                    path, line, f"expected an object, got {_type_name(part)}", f"{field}[{k}]"
-                )
-            if part.get("type") == "text":
-                if not isinstance(part.get("text"), str):
-                    raise _fail(path, line, "expected a string", f"{field}[{k}].text")
-                texts.append(part["text"])
-        return "".join(texts)
-    raise _fail(
-        path, line, f"expected a string or an array of parts, got {_type_name(content)}", field
-    )
-
-
-def _from_messages(path: Path, line: int, messages: object) -> str:
-    """Content of the first ``user`` message of NeMo/AIPerf's ``messages`` list."""
-    if not isinstance(messages, list):
-        raise _fail(
-            path, line, f"expected an array of objects, got {_type_name(messages)}", "messages"
-        )
-    for k, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _fail(
-                path, line, f"expected an object, got {_type_name(message)}", f"messages[{k}]"
-            )
-        if message.get("role") != "user":
-            continue
-        if "content" not in message:
-            raise _fail(path, line, "missing", f"messages[{k}].content")
-        field = f"messages[{k}].content"
-        return _check_text(path, line, field, _content_text(path, line, field, message["content"]))
-    raise _fail(path, line, "empty prompt (no message with role 'user')", "messages")
+    """A JSONL error: ``path:line: field 'f': problem``."""
+    return fail(f"{path}:{line}:", problem, field)
 
 
 def _parse_row(path: Path, line: int, raw: str) -> Prompt:
-    """Validate one non-blank line and turn it into a :class:`Prompt`."""
+    """Validate one non-blank JSONL line and turn it into a :class:`Prompt`."""
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -193,32 +124,9 @@ def _parse_row(path: Path, line: int, raw: str) -> Prompt:
         raise _fail(
             path,
             line,
-            f"row is a JSON {_type_name(row)}, expected an object with 'turns' or 'messages'",
+            f"row is a JSON {type_name(row)}, expected an object with 'turns' or 'messages'",
         )
-    if "turns" in row:  # SGLang's loader reads 'turns' even when 'messages' is also present
-        text = _from_turns(path, line, row["turns"])
-    elif "messages" in row:
-        text = _from_messages(path, line, row["messages"])
-    else:
-        raise _fail(
-            path,
-            line,
-            "missing: a row needs 'turns' (SGLang format) or 'messages' (NeMo/AIPerf format)",
-            "turns",
-        )
-
-    category = row.get("category", UNCATEGORIZED)
-    if not isinstance(category, str) or not category.strip():
-        raise _fail(path, line, f"expected a non-empty string, got {category!r}", "category")
-
-    qid = row.get("question_id")
-    if qid is None or qid == "":
-        qid = f"line-{line}"
-    elif isinstance(qid, bool) or not isinstance(qid, (str, int)):
-        raise _fail(
-            path, line, f"expected a string or integer, got {_type_name(qid)}", "question_id"
-        )
-    return Prompt(id=str(qid), category=category, text=text, line=line)
+    return row_prompt(f"{path}:{line}:", row, line)
 
 
 def _parse(path: Path, data: bytes) -> list[Prompt]:
@@ -258,16 +166,91 @@ def _read_bytes(path: Path) -> bytes:
         raise DatasetError(f"{path}: cannot read dataset file: {exc.strerror or exc}") from None
 
 
+def _parquet(path: Path) -> list[Prompt]:
+    """Rows of a parquet file; errors say ``file: row N: field 'x': problem``."""
+    prompts: list[Prompt] = []
+    first_row: dict[str, int] = {}
+    for n, row in parquet_rows(path):
+        prompt = row_prompt(f"{path}: row {n}:", row, n)
+        if prompt.id in first_row:
+            raise fail(
+                f"{path}: row {n}:",
+                f"duplicate id {prompt.id!r} (first on row {first_row[prompt.id]})",
+                "question_id",
+            )
+        first_row[prompt.id] = n
+        prompts.append(prompt)
+    if not prompts:
+        raise DatasetError(f"{path}: no rows")
+    return prompts
+
+
+def _read_file(path: Path) -> tuple[list[Prompt], str]:
+    """A file's prompts and sha256; ``.parquet`` by pyarrow, anything else as JSONL."""
+    if path.suffix == ".parquet":
+        try:
+            digest = sha256_file(path)
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot read dataset file: {exc.strerror or exc}") from None
+        return _parquet(path), digest
+    data = _read_bytes(path)
+    return _parse(path, data), hashlib.sha256(data).hexdigest()
+
+
 def read_rows(path: Path) -> list[Prompt]:
-    """Parse and validate every row of a SPEED-Bench ``.jsonl`` file, in file order.
+    """Parse and validate every row of a SPEED-Bench ``.jsonl`` or ``.parquet`` file, in order.
 
     Blank lines are skipped. Raises :class:`DatasetError` (``file:line: field 'x': problem``)
     for malformed JSON, a row that is not an object, a row with neither ``turns`` nor
     ``messages``, wrong types, an empty or placeholder prompt, a duplicate ``question_id`` and a
     file without rows: all at load time, before any server is started.
     """
+    return _read_file(Path(path))[0]
+
+
+def _no_duplicates(per_file: list[tuple[Path, list[Prompt]]]) -> None:
+    """Records and reports key on the prompt id: refuse an id found in two files."""
+    first: dict[str, tuple[Path, int]] = {}
+    for path, rows in per_file:
+        for p in rows:
+            if p.id in first and first[p.id][0] != path:
+                other, number = first[p.id]
+                raise fail(
+                    f"{path}: row {p.line}:",
+                    f"duplicate id {p.id!r} (first in {other} row {number})",
+                    "question_id",
+                )
+            first.setdefault(p.id, (path, p.line))
+
+
+def read_source(
+    path: Path, config: str = DEFAULT_CONFIG
+) -> tuple[list[Prompt], tuple[DataFile, ...], str | None]:
+    """All rows of a dataset file or snapshot directory, the files read, and the config used.
+
+    A file is read whole (``config`` does not apply: None is returned for it). A directory is a
+    snapshot of ``nvidia/SPEED-Bench``: the files of ``config`` are read, in the order the
+    dataset card lists them (see :func:`~pytest_kimi.workload.speedbench.snapshot_files`).
+    """
     path = Path(path)
-    return _parse(path, _read_bytes(path))
+    if not path.is_dir():
+        rows, digest = _read_file(path)
+        return rows, (DataFile(path, digest),), None
+    per_file: list[tuple[Path, list[Prompt]]] = []
+    files: list[DataFile] = []
+    found, _ = snapshot_files(path, config)
+    for file, split in found:
+        rows, digest = _read_file(file)
+        per_file.append((file, rows))
+        files.append(DataFile(file, digest, split))
+    _no_duplicates(per_file)
+    return [p for _, rows in per_file for p in rows], tuple(files), config
+
+
+def _listing_sha256(root: Path, files: tuple[DataFile, ...]) -> str:
+    """One fingerprint for a set of files: sha256 of their ``sha256sum``-style listing."""
+    lines = "".join(f"{f.sha256}  {f.path.relative_to(root).as_posix()}\n" for f in files)
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
 def _sha256_texts(prompts: tuple[Prompt, ...]) -> str:
@@ -286,21 +269,31 @@ def _categories_present(rows: list[Prompt]) -> str:
 
 
 def load_workload(
-    path: Path, *, num_requests: int, seed: int = 0, category: str | None = None
+    path: Path,
+    *,
+    num_requests: int,
+    seed: int = 0,
+    category: str | None = None,
+    config: str = DEFAULT_CONFIG,
+    prompt: str = prompts_mod.RAW,
+    api: str = "generate",
+    tokenizer_dir: Path | None = None,
 ) -> Workload:
-    """Load a file and select the prompts of one run.
+    """Load a dataset file or snapshot directory and select the prompts of one run.
 
     Rows are filtered by ``category`` (``None`` keeps all), then ``num_requests`` of them are
     chosen with ``random.Random(seed).sample`` over the filtered rows in file order: the same
-    file, seed, category and count always give the same prompts in the same order, so two
+    data, seed, category and count always give the same prompts in the same order, so two
     layouts are measured on identical requests. Sampling is without replacement, so asking for
-    more prompts than the filtered rows hold is an error rather than silent repetition.
+    more prompts than the filtered rows hold is an error rather than silent repetition. Then
+    each first turn is made into the text sent, as ``prompt`` says (``raw``, ``chat_template``,
+    ``chat_template_or_raw``; see :mod:`~pytest_kimi.workload.prompts`), with the template of
+    ``tokenizer_dir`` and knowing the ``api`` (the chat API sends the turn as is).
     """
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
         raise ValueError(f"num_requests must be a positive integer, got {num_requests!r}")
     path = Path(path)
-    data = _read_bytes(path)
-    rows = _parse(path, data)
+    rows, files, used_config = read_source(path, config)
     if category is not None:
         selected_rows = [p for p in rows if p.category == category]
         if not selected_rows:
@@ -315,23 +308,31 @@ def load_workload(
         raise DatasetError(
             f"{path}: has {len(selected_rows)} rows ({scope}), {num_requests} requested"
         )
-    prompts = tuple(random.Random(seed).sample(selected_rows, num_requests))
+    chosen = random.Random(seed).sample(selected_rows, num_requests)
+    texts, construction = prompts_mod.construct(
+        [p.text for p in chosen], prompt, api, tokenizer_dir
+    )
+    selected = tuple(replace(p, text=t) for p, t in zip(chosen, texts, strict=True))
+    file_sha = files[0].sha256 if not path.is_dir() else _listing_sha256(path, files)
     return Workload(
         path=path,
-        file_sha256=hashlib.sha256(data).hexdigest(),
-        prompts=prompts,
-        prompts_sha256=_sha256_texts(prompts),
+        file_sha256=file_sha,
+        prompts=selected,
+        prompts_sha256=_sha256_texts(selected),
         category=category,
         seed=seed,
+        files=files,
+        config=used_config,
+        construction=construction,
     )
 
 
 def resolve_dataset(spec: str | Path, base_dir: Path | None = None) -> Path:
-    """Turn a workload's ``dataset`` setting into an existing file path.
+    """Turn a workload's ``dataset`` setting into an existing file or directory path.
 
     ``builtin:speedbench16k`` names the bundled synthetic file. A relative path is taken
     relative to ``base_dir`` (the folder of the YAML file that named it, so a config works from
-    any working directory), else to the current directory; ``~`` is expanded. A missing file is
+    any working directory), else to the current directory; ``~`` is expanded. A missing path is
     reported now, naming the path that was tried, rather than after a deployment came up.
     """
     if isinstance(spec, str) and spec.startswith(BUILTIN_PREFIX):
@@ -344,7 +345,7 @@ def resolve_dataset(spec: str | Path, base_dir: Path | None = None) -> Path:
         path = Path(spec).expanduser()
         if not path.is_absolute():
             path = (Path(base_dir) if base_dir is not None else Path.cwd()) / path
-    if not path.is_file():
-        what = "is not a file" if path.exists() else "not found"
-        raise DatasetError(f"{path}: dataset file {what} (from {str(spec)!r})")
+    if not (path.is_file() or path.is_dir()):
+        what = "is not a file or directory" if path.exists() else "not found"
+        raise DatasetError(f"{path}: dataset {what} (from {str(spec)!r})")
     return path

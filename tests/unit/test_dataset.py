@@ -350,8 +350,7 @@ def test_resolve_missing_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as exc:
         resolve_dataset("data/missing.jsonl", base_dir=tmp_path)
     assert str(tmp_path / "data" / "missing.jsonl") in str(exc.value)
-    with pytest.raises(DatasetError, match="is not a file"):
-        resolve_dataset(tmp_path)
+    assert resolve_dataset(tmp_path) == tmp_path  # a snapshot directory is a dataset too
 
 
 # --- bundled file ----------------------------------------------------------------------------
