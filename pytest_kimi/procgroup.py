@@ -88,9 +88,11 @@ def group_alive(pgid: int) -> bool:
 
 def popen_alive(popen: subprocess.Popen) -> bool:
     """Whether the group led by our child ``popen`` has a live member. The leader is reaped
-    first, so a leader that exited does not linger as a zombie (nor keep its exit code)."""
-    popen.poll()
-    return group_alive(popen.pid)
+    after the check, so one that exited does not linger as a zombie and keeps its exit code:
+    reaping first would race a leader that exits between the reap and the check."""
+    alive = group_alive(popen.pid)  # zombies do not count
+    popen.poll()  # when nothing was alive, the leader had exited: this reaps it
+    return alive
 
 
 def stop_all(
