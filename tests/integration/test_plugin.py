@@ -154,6 +154,11 @@ def test_help_documents_every_option(pytester: pytest.Pytester):
         "--kimi-save-baseline",
         "--kimi-baseline",
         "--kimi-fail",
+        "--kimi-dataset",
+        "--kimi-speedbench-config",
+        "--kimi-category",
+        "--kimi-prompt",
+        "--kimi-tokenizer",
     ):
         result.stdout.fnmatch_lines([f"*{option}*"])
 
