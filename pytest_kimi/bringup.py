@@ -56,7 +56,9 @@ def deployment(
     with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
         dep.start()
-        on_manifest(plan, _node_environments(inputs, executor, plan))
+        environments = _node_environments(inputs, executor, plan)
+        on_manifest(plan, environments)
+        result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan)
         yield plan
@@ -107,8 +109,10 @@ def _teardown(
 
 
 def _node_environments(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[dict]:
-    """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set."""
-    from pytest_kimi.deploy.envinfo import node_environment
+    """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set; the router's
+    node also the versions its own interpreter sees (``router_software``), each replica's
+    head the version its SGLang states over HTTP (``sglang_server_version``)."""
+    from pytest_kimi.deploy.envinfo import interpreter, node_environment, server_version, software
 
     seen: dict[str, dict] = {}
     for spec in plan.processes:
@@ -117,7 +121,25 @@ def _node_environments(inputs: Inputs, executor: Executor, plan: DeploymentPlan)
         cfg = inputs.cluster.router if spec.role == "router" else inputs.cluster.server
         python = (*cfg.wrapper, cfg.python)
         seen[spec.node.name] = node_environment(executor, spec.node, python, spec.env)
+    router = plan.router
+    seen[router.node.name]["router_software"] = software(
+        executor, router.node, interpreter(router), router.env
+    )
+    for spec in plan.rank0():
+        seen[spec.node.name]["sglang_server_version"] = server_version(spec.url)
     return list(seen.values())
+
+
+def _version_notes(environments: list[dict]) -> list[str]:
+    """A router outside the versions we checked is named in the layout's notes."""
+    from pytest_kimi.deploy.envinfo import version_notes
+    from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
+
+    for env in environments:
+        found = env.get("router_software")
+        if isinstance(found, dict):
+            return version_notes(found.get("sglang_router"), SUPPORTED_ROUTER)
+    return []
 
 
 def _router_model_notes(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[str]:

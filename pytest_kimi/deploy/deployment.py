@@ -18,7 +18,14 @@ import httpx
 
 from pytest_kimi.deploy.executor import Executor, Handle
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
-from pytest_kimi.deploy.readiness import Probe, answers_200, router_counts, wait_ready
+from pytest_kimi.deploy.readiness import (
+    FormatError,
+    Probe,
+    answers_200,
+    router_counts,
+    router_metrics_known,
+    wait_ready,
+)
 from pytest_kimi.procgroup import hold_signals, interrupt, stop_all
 
 POLL_S = 0.1
@@ -72,6 +79,10 @@ class Deployment:
             ready = router_counts(url, len(self.plan.rank0()))
             where = f"router on {router.node.name} not ready at"
             self._wait(http, router, ready, f"{where} {url}", deadline)
+            if self.plan.router_metrics_url is not None:  # read before and after the run
+                metrics = self.plan.router_metrics_url
+                known = router_metrics_known(metrics)
+                self._wait(http, router, known, f"router metrics not served at {metrics}", deadline)
         self.ready_s = time.monotonic() - self.started_at
         self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
 
@@ -119,9 +130,19 @@ class Deployment:
     ) -> None:
         """Until ``probe`` passes; a process exiting meanwhile fails at once, the deadline
         with ``what`` ("... not healthy at URL"), the probe's last reason and the log tail."""
-        last = wait_ready(
-            http, probe, deadline=deadline, poll_s=self.poll_s, between=self.check_processes
-        )
+        try:
+            last = wait_ready(
+                http, probe, deadline=deadline, poll_s=self.poll_s, between=self.check_processes
+            )
+        except FormatError as exc:  # waiting cannot fix it: fail now, naming the version
+            from pytest_kimi.deploy.envinfo import router_version
+            from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
+
+            version = router_version(self.executor, spec) if spec.role == "router" else "?"
+            raise BringUpError(
+                f"{what}: {version} answered in a format we do not understand (we support "
+                f"sglang-router {SUPPORTED_ROUTER}): {exc}"
+            ) from None
         if last is not None:
             raise BringUpError(
                 f"{what} after {self.timeout_s:g}s ({last}); last lines of its log:\n"

@@ -1,32 +1,98 @@
-"""What each node runs: hostname, Python, SGLang, GPUs and driver, the variables we set.
+"""What each node runs: hostname, Python, SGLang, the router, GPUs and driver, our variables.
 
 Collected once per layout after bring-up, through the same executor that started the
 processes, into ``manifest.json``: the numbers of a run are only as trustworthy as the record
 of what produced them. Values of variables that look secret are never written.
+
+Versions are asked of the interpreter (and environment) that runs each process, not of
+whatever Python the node has first on its PATH: a router started from another venv than the
+servers is recorded as such. Each replica's SGLang also states its version over HTTP
+(``/get_server_info`` ``version`` in 0.5.9), which is what actually answered.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_kimi.config import Node
 from pytest_kimi.deploy.executor import Executor
-from pytest_kimi.deploy.secrets import redact_env
+from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.deploy.secrets import SECRET_NAME, redact_env
 
+PACKAGES = ("sglang", "sglang_router", "pytest_kimi", "torch")
+
+# The module the process imports decides the version (a source checkout on PYTHONPATH wins
+# over an installed wheel), so ask the module first and the package metadata only if the
+# module has no __version__.
 _PROBE = """\
 import json, platform, sys
+from importlib import metadata
 out = {"python": platform.python_version(), "executable": sys.executable}
-for name in ("sglang", "sglang_router", "pytest_kimi", "torch"):
+for name in %r:
     try:
         module = __import__(name)
-        out[name] = getattr(module, "__version__", "installed")
     except Exception:
         out[name] = None
+        continue
+    version = getattr(module, "__version__", None)
+    if version is None:
+        try:
+            version = metadata.version(name.replace("_", "-"))
+        except Exception:
+            version = "installed"
+    out[name] = str(version)
 print(json.dumps(out))
 """
+
+
+def probe_command(python: Sequence[str], env: Mapping[str, str], packages: Sequence[str]) -> str:
+    """The shell command that prints ``{"python": ..., package: version or None}`` as JSON,
+    run under ``env`` (secret-looking variables left out: they never change a version, and
+    a command line is visible to every user of the node)."""
+    safe = {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+    prefix = ["env", *(f"{k}={v}" for k, v in safe.items())] if safe else []
+    return shlex.join([*prefix, *python, "-c", _PROBE % (tuple(packages),)])
+
+
+def software(
+    executor: Executor,
+    node: Node,
+    python: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float = 60,
+) -> dict[str, Any] | str:
+    """Versions as ``python`` sees them on ``node``; a failed probe is a string saying why."""
+    try:
+        code, text = executor.run(node, probe_command(python, env, PACKAGES), timeout)
+    except Exception as exc:
+        return f"(probe failed: {exc})"
+    try:
+        found = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"(probe failed, exit {code}: {text.strip()[-300:]})"
+    return found if isinstance(found, dict) else f"(probe failed: {text.strip()[-300:]})"
+
+
+def interpreter(spec: ProcessSpec) -> tuple[str, ...]:
+    """The wrapper and Python of a ``... python -m module ...`` command line (how every plan
+    starts its processes); the first element otherwise."""
+    argv = spec.argv
+    return tuple(argv[: argv.index("-m")]) if "-m" in argv else tuple(argv[:1])
+
+
+def router_version(executor: Executor, spec: ProcessSpec, timeout: float = 30) -> str:
+    """``sglang-router X.Y.Z`` as the router's own interpreter imports it, or why unknown;
+    for error messages, so never raises."""
+    found = software(executor, spec.node, interpreter(spec), spec.env, timeout)
+    if isinstance(found, str):
+        return f"sglang-router version unknown {found}"
+    version = found.get("sglang_router")
+    if version is None:
+        return "sglang-router not importable by the router's Python"
+    return f"sglang-router {version}"
 
 
 def node_environment(
@@ -36,23 +102,49 @@ def node_environment(
     out: dict[str, Any] = {"node": node.name, "host": node.host, "env_set": redact_env(env)}
     probes = {
         "hostname": "hostname",
-        "python": shlex.join([*python, "-c", _PROBE]),
         "nvidia_smi_l": "nvidia-smi -L 2>/dev/null || echo 'nvidia-smi: not available'",
         "driver": "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null"
         " | head -n 1 || true",
     }
     for key, command in probes.items():
         try:
-            code, text = executor.run(node, command, 60)
+            _, text = executor.run(node, command, 60)
         except Exception as exc:
             out[key] = f"(probe failed: {exc})"
             continue
-        text = text.strip()
-        if key == "python":
-            try:
-                out["software"] = json.loads(text.splitlines()[-1])
-            except (ValueError, IndexError):
-                out["software"] = f"(probe failed, exit {code}: {text[-300:]})"
-        else:
-            out[key] = text or None
+        out[key] = text.strip() or None
+    out["software"] = software(executor, node, python, env)
     return out
+
+
+def server_version(url: str, timeout: float = 10.0) -> str | None:
+    """The version a running SGLang server states (``GET url/get_server_info``, field
+    ``version``); None when it does not say (an error is not a version)."""
+    import httpx
+
+    try:
+        response = httpx.get(url + "/get_server_info", timeout=timeout, trust_env=False)
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return str(version) if version is not None else None
+
+
+def version_notes(router: str | None, supported: str) -> list[str]:
+    """A note when the router's version is outside ``supported`` (a PEP 440 specifier): its
+    answers passed our shape checks, but the counters we read may mean something else."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if router is None:
+        return []
+    try:
+        known = Version(router) in SpecifierSet(supported)
+    except InvalidVersion:
+        known = False
+    if known:
+        return []
+    return [
+        f"router is sglang-router {router}, outside the versions whose /readiness and /metrics "
+        f"formats we checked ({supported}): its retry counters may be read wrongly"
+    ]

@@ -1,0 +1,113 @@
+"""Version probes and the router answer shapes a bring-up accepts (sglang-router 0.3.x)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.config import Node
+from pytest_kimi.deploy.envinfo import (
+    interpreter,
+    probe_command,
+    router_version,
+    software,
+    version_notes,
+)
+from pytest_kimi.deploy.executor import LocalExecutor
+from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.deploy.readiness import (
+    SUPPORTED_ROUTER,
+    FormatError,
+    metric_families,
+    readiness_count,
+)
+
+NODE = Node(name="n1", host="127.0.0.1", gpus=1)
+
+# What sglang-router 0.3.2 answered in front of two mock replicas (recorded live).
+READY = b'{"status":"ready","healthy_workers":2,"total_workers":2}'
+NOT_READY = b'{"status":"not ready","reason":"insufficient healthy workers"}'
+METRICS = (
+    "# TYPE smg_http_requests_total counter\n"
+    'smg_http_requests_total{method="GET",path="/readiness"} 1\n'
+    "# TYPE smg_worker_health gauge\n"
+    'smg_worker_health{worker="http://127.0.0.1:31001"} 1\n'
+)
+
+
+def test_the_router_answers_we_know_are_read():
+    assert readiness_count(200, READY) == 2
+    assert readiness_count(503, NOT_READY) is None
+    assert readiness_count(502, b"<html>bad gateway</html>") is None  # a proxy: wait
+    assert metric_families(METRICS) == ["smg_http_requests", "smg_worker_health"]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (200, b'{"ready": true}', '"ready": true'),
+        (200, b'{"healthy_workers": "2"}', '"healthy_workers": "2"'),
+        (200, b"OK", "not JSON: b'OK'"),
+        (503, b'{"healthy": 0}', '"healthy": 0'),
+        (404, b"", "no such endpoint"),
+    ],
+)
+def test_readiness_answers_in_another_shape_are_format_errors(status, body, said):
+    with pytest.raises(FormatError, match="/readiness answered HTTP") as caught:
+        readiness_count(status, body)
+    assert said in str(caught.value)
+
+
+def test_metrics_named_another_way_or_not_prometheus_are_format_errors():
+    with pytest.raises(FormatError, match="it has: sgl_router_requests"):
+        metric_families("# TYPE sgl_router_requests_total counter\nsgl_router_requests_total 1\n")
+    with pytest.raises(FormatError, match="no metrics at all"):
+        metric_families("")
+    with pytest.raises(FormatError, match="not Prometheus text"):
+        metric_families("{not prometheus\n")
+
+
+def _fake_package(tmp_path: Path, version: str) -> Path:
+    package = tmp_path / "sglang_router"
+    package.mkdir()
+    (package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    return tmp_path
+
+
+def test_versions_are_those_the_process_own_interpreter_and_environment_import(tmp_path):
+    env = {"PYTHONPATH": str(_fake_package(tmp_path, "7.7.7")), "HF_TOKEN": "hunter2"}
+    command = probe_command([sys.executable], env, ["sglang_router"])
+    assert "hunter2" not in command and "HF_TOKEN" not in command
+    found = software(LocalExecutor(), NODE, [sys.executable], env)
+    assert isinstance(found, dict)
+    assert found["sglang_router"] == "7.7.7"
+    assert found["python"] == f"{sys.version_info.major}.{sys.version_info.minor}." + str(
+        sys.version_info.micro
+    )
+    spec = ProcessSpec(
+        "router", NODE, ("nice", sys.executable, "-m", "sglang_router.launch_router"), env
+    )
+    assert interpreter(spec) == ("nice", sys.executable)
+    assert router_version(LocalExecutor(), spec) == "sglang-router 7.7.7"
+
+
+def test_a_failed_version_probe_says_why_and_never_raises():
+    spec = ProcessSpec("router", NODE, ("/nonexistent/python", "-m", "sglang_router"))
+    said = router_version(LocalExecutor(), spec)
+    assert said.startswith("sglang-router version unknown (probe failed, exit 127")
+
+
+def test_a_router_outside_the_supported_versions_is_noted():
+    assert version_notes("0.3.2", SUPPORTED_ROUTER) == []
+    assert version_notes(None, SUPPORTED_ROUTER) == []
+    (note,) = version_notes("0.4.0", SUPPORTED_ROUTER)
+    assert "sglang-router 0.4.0" in note and SUPPORTED_ROUTER in note
+    assert version_notes("installed", SUPPORTED_ROUTER)  # no version: not one we checked
+
+
+def test_the_supported_range_is_the_one_the_package_pins():
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert json.dumps(f"sglang-router{SUPPORTED_ROUTER}") in pyproject
