@@ -41,11 +41,12 @@ class Words:
 
 
 class State:
-    """A request's progress, as renderers need it."""
+    """A request's progress, as renderers need it. ``replica`` is set only under
+    ``--mock-replica-header``: SGLang's ``meta_info`` has no such key."""
 
     def __init__(
         self, rid: str, prompt: int, words: Words, generated: int, done: bool, started: float,
-        replica: str = "",
+        replica: str | None = None,
     ) -> None:  # fmt: skip
         self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
         self.generated, self.done, self.started = generated, done, started
@@ -55,16 +56,23 @@ class State:
         return self.words.text[self.words.offsets[start] : self.words.offsets[self.generated]]
 
     def meta(self) -> dict[str, Any]:
+        """SGLang 0.5.9's ``meta_info`` keys (tokenizer_manager.py): ``e2e_latency`` only once
+        the request has finished, as there."""
         finish = {"type": "length", "length": self.generated} if self.done else None
-        return {
+        meta: dict[str, Any] = {
             "id": self.rid,
-            "kimi_replica": self.replica,
             "finish_reason": finish,
             "prompt_tokens": self.prompt,
+            "weight_version": "default",
+            "total_retractions": 0,
             "completion_tokens": self.generated,
             "cached_tokens": 0,
-            "e2e_latency": time.monotonic() - self.started,
         }
+        if self.done:
+            meta["e2e_latency"] = time.monotonic() - self.started
+        if self.replica is not None:
+            meta["kimi_replica"] = self.replica
+        return meta
 
 
 # ``render(state)`` -> chunks to stream; ``render(state, whole=True)`` -> the non-streamed
@@ -122,12 +130,14 @@ async def run_generation(
     rid = uuid.uuid4().hex
     handle = engine.submit(rid, prompt, max_new)
     args = request.app[ARGS_KEY]
-    replica = f"{args.host}:{args.port}"
+    replica = f"{args.host}:{args.port}" if args.mock_replica_header else None
     words = Words(output_words(rid, max_new))
     started = time.monotonic()
     response: web.StreamResponse | None = None
     if stream:
-        headers = {"Content-Type": "text/event-stream", "X-Kimi-Replica": replica}
+        headers = {"Content-Type": "text/event-stream"}
+        if replica is not None:
+            headers["X-Kimi-Replica"] = replica
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
     try:
