@@ -6,7 +6,6 @@ request's progress looks on the wire (a ``render`` function); everything else is
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ from pytest_kimi.mock.http_common import (
     FAULTS_KEY,
     GATE_KEY,
     BadRequest,
+    error_body,
     sse,
 )
 from pytest_kimi.mock.tokenizer_files import count_tokens, vocabulary
@@ -122,7 +122,7 @@ async def run_generation(
         die(f"crash at request {faults.requests_seen}")
     if faults.should_fail_request():
         raise web.HTTPInternalServerError(
-            text=json.dumps({"error": {"message": "mock fault: internal error", "code": 500}}),
+            text=error_body("mock fault: internal error", 500, "500"),
             content_type="application/json",
         )
     if faults.hold_until_late_health:  # test-only: wait until /health was seen late while busy
