@@ -72,7 +72,10 @@ def replica_split(counters: Mapping[str, ReplicaCounters]) -> dict[str, int]:
     return {name: c.requests for name, c in counters.items() if c.requests is not None}
 
 
-BY_COUNTERS = "by each replica's /metrics counters over the measured run, not per request"
+BY_COUNTERS = (
+    "by each replica's /metrics counters over the measured run: attribution is by counters, "
+    "not per request"
+)
 
 
 def notes(
@@ -105,7 +108,7 @@ def _split_notes(
     unknown = sorted(name for name in counters if name not in split)
     if split:
         parts = ", ".join(f"{name}: {n}" for name, n in sorted(split.items()))
-        out.append(f"requests per replica ({BY_COUNTERS}): {parts}")
+        out.append(f"requests per replica: {parts} ({BY_COUNTERS})")
         tokens = ", ".join(
             f"{name}: {c.prompt_tokens} prompt / {c.generation_tokens} generated"
             for name, c in sorted(counters.items())
