@@ -85,7 +85,7 @@ def _teardown(
     """Whatever happens inside: record why it failed, stop everything, write the summary.
     A Ctrl-C held during a clean teardown is delivered once everything is stopped."""
     from pytest_kimi.report.dataquality import notes as quality_notes
-    from pytest_kimi.report.dataquality import replica_split, scan_logs
+    from pytest_kimi.report.dataquality import scan_logs
 
     failing = False
     try:
@@ -98,9 +98,11 @@ def _teardown(
     finally:
         leftovers = dep.stop()
         say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
-        split = replica_split(result.records) if result.records else {}
         findings = scan_logs(dep.log_dir, dep.log_marks)
-        result.notes.extend(quality_notes(findings, split, inputs.cluster.replicas))
+        succeeded = sum(1 for r in result.records if r.success and not r.warmup)
+        result.notes.extend(
+            quality_notes(findings, result.replica_counters, inputs.cluster.replicas, succeeded)
+        )
         if leftovers:
             result.notes.append("processes left running after teardown: " + ", ".join(leftovers))
         folder.write_summary(result, inputs.backend, inputs.time_scale)

@@ -3,14 +3,17 @@
 Every record is kept: finished ones go to a flushed journal at once (a killed harness keeps
 them), and an interrupted run (Ctrl-C, SIGTERM, a client crash) keeps the in-flight ones too,
 marked, with an error saying how far it got. The router's retry counters are read before and
-after, so a failure the router hid by retrying is still seen.
+after, so a failure the router hid by retrying is still seen. Each replica's request and token
+counters (its rank 0's ``/metrics``) and the router's per-worker counters are read after the
+warmup and after the run: real SGLang names no replica per request, so this is how the split
+between replicas is known (:mod:`pytest_kimi.report.replicacounters`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pytest_kimi.workload.records import RequestRecord
@@ -19,7 +22,9 @@ if TYPE_CHECKING:
     from collections import Counter
 
     from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.report.replicacounters import Snapshot
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
 
@@ -34,8 +39,12 @@ def measure(
     result: LayoutResult,
     say: Say,
     router_metrics_url: str | None = None,
+    replica_urls: Mapping[str, str] | None = None,
 ) -> None:
-    """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``."""
+    """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
+
+    ``replica_urls`` (replica name -> rank-0 base URL, :func:`replica_endpoints`): whose
+    counters give ``result.replica_counters``; none in attach mode."""
     from pytest_kimi.metrics import summarize
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
     from pytest_kimi.workload.records import RecordJournal
@@ -65,12 +74,25 @@ def measure(
             progress()
 
     router_before = _router_counters(router_metrics_url)
+    urls = dict(replica_urls or {})
     began = time.monotonic()
     try:
-        records = asyncio.run(
-            run_requests(endpoint, measured, options, warmup=warmup,
+        records = []
+        if warmup:  # apart, so the counters' first read comes after it
+            records = asyncio.run(
+                run_requests(endpoint, [], options, warmup=warmup,
+                             on_start=started.append, on_done=finished)
+            )  # fmt: skip
+        counted_from = _snapshot(urls, router_metrics_url)
+        records += asyncio.run(
+            run_requests(endpoint, measured, options,
                          on_start=started.append, on_done=finished)
         )  # fmt: skip
+        if urls:
+            from pytest_kimi.report.replicacounters import deltas
+
+            after = _snapshot(urls, router_metrics_url)
+            result.replica_counters = deltas(urls, counted_from, after)
         folder.write_records(layout.name, records)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
@@ -144,6 +166,47 @@ def _router_counters(url: str | None) -> Counter[tuple[str, str]] | None:
         return counters(response.text)
     except (httpx.HTTPError, ValueError):
         return None
+
+
+def replica_endpoints(plan: DeploymentPlan | None) -> dict[str, str]:
+    """``replica<i> -> rank-0 base URL`` for a deployment we started (none when attached)."""
+    if plan is None:
+        return {}
+    return {f"replica{spec.replica}": spec.url for spec in plan.rank0()}
+
+
+def _metrics_text(url: str) -> str | None:
+    import httpx
+
+    try:
+        response = httpx.get(url, timeout=5.0, trust_env=False)
+        response.raise_for_status()
+        return response.text
+    except httpx.HTTPError:
+        return None
+
+
+def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapshot:
+    """Every replica's request/token counters and the router's per-worker attempts, now."""
+    from pytest_kimi.report.replicacounters import (
+        Snapshot,
+        router_worker_totals,
+        server_totals,
+    )
+
+    servers: dict[str, dict[str, float] | None] = {}
+    for name, url in urls.items():
+        text = _metrics_text(url.rstrip("/") + "/metrics")
+        try:
+            servers[name] = None if text is None else server_totals(text)
+        except ValueError:  # not Prometheus text
+            servers[name] = None
+    router_text = _metrics_text(router_metrics_url) if router_metrics_url and urls else None
+    try:
+        router = None if router_text is None else router_worker_totals(router_text)
+    except ValueError:
+        router_text, router = None, None
+    return Snapshot(servers, router, router_read=router_text is not None)
 
 
 def _router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> list[str]:

@@ -67,7 +67,8 @@ def write(
 
     before_write(model)
     records = {r.name: r.records for r in results}
-    folder.write_comparison(model, render_markdown(model), render_html(model, records))
+    counters = {r.name: r.replica_counters for r in results}
+    folder.write_comparison(model, render_markdown(model), render_html(model, records, counters))
 
 
 def terminal_lines(model: dict[str, Any], results: Sequence[LayoutResult]) -> list[str]:

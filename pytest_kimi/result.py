@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kimi.slo import Slo, Verdict
 
 if TYPE_CHECKING:
+    from pytest_kimi.report.replicacounters import ReplicaCounters
     from pytest_kimi.summary import Summary
     from pytest_kimi.workload.records import RequestRecord
 
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 @dataclass
 class LayoutResult:
     """One layout's outcome. ``summary`` is None when the run did not finish (``error`` says
-    why); ``records`` keep every request, the unfinished ones marked."""
+    why); ``records`` keep every request, the unfinished ones marked. ``replica_counters``:
+    each replica's requests and tokens over the measured run, from its own counters (real
+    SGLang names no replica per request)."""
 
     name: str
     label: str
@@ -30,6 +33,7 @@ class LayoutResult:
     result_dir: str = ""
     notes: list[str] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list, repr=False)
+    replica_counters: dict[str, ReplicaCounters] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kimi import bringup, judge, reporting
 from pytest_kimi.inputs import Inputs, UsageProblem, load_inputs
 from pytest_kimi.manifest import manifest
-from pytest_kimi.measure import measure
+from pytest_kimi.measure import measure, replica_endpoints
 from pytest_kimi.options import DEFAULT_CLUSTER, Options
 from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import RunFolder, new_run_id
@@ -110,7 +110,8 @@ class Run:
         plan = self._plans.get(layout.name)
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
-                    plan.router_metrics_url if plan is not None else None)  # fmt: skip
+                    plan.router_metrics_url if plan is not None else None,
+                    replica_endpoints(plan))  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
             self.folder.write_summary(result, self.inputs.backend, self.time_scale)

@@ -79,7 +79,8 @@ def client_environment() -> dict[str, Any]:
 
 
 def summary_document(result: LayoutResult, backend: str, time_scale: float) -> dict[str, Any]:
-    """``summary.json``: bench_serving's keys, completeness, notes and SLO verdicts."""
+    """``summary.json``: bench_serving's keys, completeness, notes, per-replica counters and
+    SLO verdicts."""
     data: dict[str, Any] = {
         "layout": result.name,
         "label": result.label,
@@ -88,6 +89,7 @@ def summary_document(result: LayoutResult, backend: str, time_scale: float) -> d
         "complete": result.complete,
         "error": result.error,
         "notes": result.notes,
+        "replica_counters": {k: c.to_dict() for k, c in result.replica_counters.items()},
     }
     if result.summary is not None:
         data.update(result.summary.to_dict())
@@ -100,12 +102,17 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
 
     The summary's figures are the stored ones; ``records.jsonl`` is read for what needs every
     request (bootstrap intervals, plots)."""
+    from pytest_kimi.report.replicacounters import ReplicaCounters
     from pytest_kimi.workload.records import read_records
 
     summary_path = folder / "summary.json"
     try:
         saved = json.loads(summary_path.read_text(encoding="utf-8"))
         summary = Summary.from_dict(saved) if "distributions" in saved else None
+        counters = {
+            name: ReplicaCounters.from_dict(entry)
+            for name, entry in (saved.get("replica_counters") or {}).items()
+        }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SavedRunError(f"{summary_path}: not a saved layout result ({exc})") from None
     records_path = folder / "records.jsonl"
@@ -117,6 +124,7 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         result_dir=str(folder),
         notes=list(saved.get("notes", [])),
         records=read_records(records_path) if records_path.exists() else [],
+        replica_counters=counters,
     )
     result.verdicts = [verdict_from_dict(e) for e in saved.get("slo", []) if "limit" in e]
     return result, saved

@@ -44,10 +44,10 @@ class MockArgs:
         return json.loads(text)
 
     def server_info(self) -> dict[str, Any]:
-        """What ``/get_server_info`` reports: SGLang's key names, plus unknown flags."""
-        info = {k: v for k, v in self.values.items() if not k.startswith("mock_")}
-        info["unrecognized_args"] = list(self.unknown)
-        return info
+        """The server arguments as ``/get_server_info`` reports them: SGLang's key names only
+        (every parsed flag is a ``ServerArgs`` field of SGLang 0.5.9; the ``--mock-*`` ones
+        are left out)."""
+        return {k: v for k, v in self.values.items() if not k.startswith("mock_")}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-gpus-per-node", type=int, default=None)
     add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
     add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
+    add(
+        "--mock-replica-header",
+        action="store_true",
+        help="name the replica (host:port) in an X-Kimi-Replica header and meta_info: "
+        "SGLang sends neither, so it is off by default and the product never reads it",
+    )
+    add(
+        "--mock-server-info-extras",
+        action="store_true",
+        help="add unrecognized_args and kimi_mock (time scale, profile) to /get_server_info: "
+        "keys SGLang lacks, off by default",
+    )
     add(
         "--mock-fault",
         action="append",

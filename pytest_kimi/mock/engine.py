@@ -24,6 +24,18 @@ class Stream:
     queue: asyncio.Queue[TokenEvent]
 
 
+@dataclass
+class FinishedCounters:
+    """SGLang's request counters: its tokenizer manager adds a request's prompt and
+    generated tokens when the request *finishes* (``observe_one_finished_request``), and
+    counts an abort apart; so do these."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    aborted: int = 0
+
+
 PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
 
 
@@ -38,8 +50,8 @@ class Engine:
         self.streams: dict[str, Stream] = {}
         self.arrivals: list[tuple[str, int, int, float]] = []
         self.wake = asyncio.Event()
-        self.emitted_tokens = 0
-        self.prompt_tokens_total = 0
+        self.emitted_tokens = 0  # as generated: what the crash-after-tokens fault counts
+        self.counters = FinishedCounters()
         self.stalled = False  # a fault: the scheduler stops making progress
         self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
@@ -61,6 +73,9 @@ class Engine:
         """The client went away: forget its stream and free its slot in the model."""
         self.streams.pop(rid, None)
         self.arrivals = [a for a in self.arrivals if a[0] != rid]
+        req = self.sim.requests.get(rid)
+        if req is None or req.finished_at is None:
+            self.counters.aborted += 1
         self.sim.abort(rid)
 
     @property
@@ -107,15 +122,22 @@ class Engine:
             rid, prompt, new, at = self.arrivals.pop(0)
             self._dispatch(self.sim.advance(at))
             req = self.sim.add(rid, prompt, new, at)
-            self.prompt_tokens_total += req.prompt_tokens
             stream = self.streams.get(rid)
             if stream is not None:
                 stream.request = req
         self._dispatch(self.sim.advance(until))
 
+    def _count_finished(self, event: TokenEvent) -> None:
+        req = self.sim.requests.get(event.rid)
+        self.counters.requests += 1
+        self.counters.prompt_tokens += req.prompt_tokens if req is not None else 0
+        self.counters.generation_tokens += event.generated
+
     def _dispatch(self, events: list[TokenEvent]) -> None:
         for event in events:
             self.emitted_tokens += event.count
+            if event.finished:
+                self._count_finished(event)
             stream = self.streams.get(event.rid)
             if stream is not None:
                 stream.queue.put_nowait(event)

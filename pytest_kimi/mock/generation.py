@@ -6,7 +6,6 @@ request's progress looks on the wire (a ``render`` function); everything else is
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ from pytest_kimi.mock.http_common import (
     FAULTS_KEY,
     GATE_KEY,
     BadRequest,
+    error_body,
     sse,
 )
 from pytest_kimi.mock.tokenizer_files import count_tokens, vocabulary
@@ -41,11 +41,12 @@ class Words:
 
 
 class State:
-    """A request's progress, as renderers need it."""
+    """A request's progress, as renderers need it. ``replica`` is set only under
+    ``--mock-replica-header``: SGLang's ``meta_info`` has no such key."""
 
     def __init__(
         self, rid: str, prompt: int, words: Words, generated: int, done: bool, started: float,
-        replica: str = "",
+        replica: str | None = None,
     ) -> None:  # fmt: skip
         self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
         self.generated, self.done, self.started = generated, done, started
@@ -55,16 +56,23 @@ class State:
         return self.words.text[self.words.offsets[start] : self.words.offsets[self.generated]]
 
     def meta(self) -> dict[str, Any]:
+        """SGLang 0.5.9's ``meta_info`` keys (tokenizer_manager.py): ``e2e_latency`` only once
+        the request has finished, as there."""
         finish = {"type": "length", "length": self.generated} if self.done else None
-        return {
+        meta: dict[str, Any] = {
             "id": self.rid,
-            "kimi_replica": self.replica,
             "finish_reason": finish,
             "prompt_tokens": self.prompt,
+            "weight_version": "default",
+            "total_retractions": 0,
             "completion_tokens": self.generated,
             "cached_tokens": 0,
-            "e2e_latency": time.monotonic() - self.started,
         }
+        if self.done:
+            meta["e2e_latency"] = time.monotonic() - self.started
+        if self.replica is not None:
+            meta["kimi_replica"] = self.replica
+        return meta
 
 
 # ``render(state)`` -> chunks to stream; ``render(state, whole=True)`` -> the non-streamed
@@ -114,7 +122,7 @@ async def run_generation(
         die(f"crash at request {faults.requests_seen}")
     if faults.should_fail_request():
         raise web.HTTPInternalServerError(
-            text=json.dumps({"error": {"message": "mock fault: internal error", "code": 500}}),
+            text=error_body("mock fault: internal error", 500, "500"),
             content_type="application/json",
         )
     if faults.hold_until_late_health:  # test-only: wait until /health was seen late while busy
@@ -122,12 +130,14 @@ async def run_generation(
     rid = uuid.uuid4().hex
     handle = engine.submit(rid, prompt, max_new)
     args = request.app[ARGS_KEY]
-    replica = f"{args.host}:{args.port}"
+    replica = f"{args.host}:{args.port}" if args.mock_replica_header else None
     words = Words(output_words(rid, max_new))
     started = time.monotonic()
     response: web.StreamResponse | None = None
     if stream:
-        headers = {"Content-Type": "text/event-stream", "X-Kimi-Replica": replica}
+        headers = {"Content-Type": "text/event-stream"}
+        if replica is not None:
+            headers["X-Kimi-Replica"] = replica
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
     try:

@@ -20,11 +20,18 @@ FAULTS_KEY = web.AppKey("faults", Faults)
 GATE_KEY = web.AppKey("health_gate", HealthGate)
 
 
+def error_body(message: str, status: int, kind: str) -> str:
+    """SGLang 0.5.9's error object (``ErrorResponse`` in openai/protocol.py, as its
+    http_server's exception handlers send it): flat, not nested under ``error``."""
+    error = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    return json.dumps(error)
+
+
 class BadRequest(web.HTTPBadRequest):
-    """HTTP 400 with the OpenAI-style error object SGLang answers bad requests with."""
+    """HTTP 400 with the body SGLang's request-validation handler answers."""
 
     def __init__(self, message: str) -> None:
-        body = json.dumps({"error": {"message": message, "type": "BadRequestError"}})
+        body = error_body(message, 400, "Bad Request")
         super().__init__(text=body, content_type="application/json")
 
 

@@ -53,11 +53,12 @@ async def model_info(request: web.Request) -> web.Response:
 async def server_info(request: web.Request) -> web.Response:
     args, engine = request.app[ARGS_KEY], request.app[ENGINE_KEY]
     info = args.server_info()
+    info["status"] = "ready"  # scheduler_info, merged in by SGLang's /server_info
+    info["internal_states"] = [{**args.server_info(), "last_gen_throughput": 0.0}]
     info["version"] = VERSION
-    info["internal_states"] = [
-        {"last_gen_throughput": 0.0, "load": engine.running, "memory_usage": {}}
-    ]
-    info["kimi_mock"] = {"time_scale": engine.time_scale, "profile": args.profile}
+    if args.mock_server_info_extras:  # keys SGLang lacks: only when asked for
+        info["unrecognized_args"] = list(args.unknown)
+        info["kimi_mock"] = {"time_scale": engine.time_scale, "profile": args.profile}
     return web.json_response(info)
 
 
@@ -68,7 +69,7 @@ async def models(request: web.Request) -> web.Response:
         "object": "model",
         "created": int(time.time()),
         "owned_by": "sglang",
-        "root": args.model_path,
+        "root": args.served_model_name,
         "max_model_len": args.context_length,
     }
     return web.json_response({"object": "list", "data": [model]})
@@ -84,23 +85,35 @@ async def get_load(request: web.Request) -> web.Response:
     return web.json_response([load])
 
 
+def _family(name: str, kind: str, doc: str, labels: str, value: float) -> list[str]:
+    return [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{labels} {value}"]
+
+
 async def metrics(request: web.Request) -> web.Response:
+    """SGLang 0.5.9's metric names and labels (srt/metrics/collector.py): the scheduler's
+    gauges carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank``, the tokenizer
+    manager's counters ``model_name`` only, and count finished requests."""
     args, engine = request.app[ARGS_KEY], request.app[ENGINE_KEY]
     if not args.enable_metrics:
         return web.Response(status=404, text="metrics are off; start with --enable-metrics\n")
-    label = f'{{model_name="{args.served_model_name}"}}'
+    model = args.served_model_name
+    sched = (
+        f'{{model_name="{model}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
+    )
+    tok = f'{{model_name="{model}"}}'
+    done = engine.counters
     lines = [
-        "# HELP sglang:num_running_reqs The number of running requests.",
-        "# TYPE sglang:num_running_reqs gauge",
-        f"sglang:num_running_reqs{label} {engine.running}",
-        "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.",
-        "# TYPE sglang:num_queue_reqs gauge",
-        f"sglang:num_queue_reqs{label} {engine.queued}",
-        "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
-        "# TYPE sglang:prompt_tokens_total counter",
-        f"sglang:prompt_tokens_total{label} {engine.prompt_tokens_total}",
-        "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
-        "# TYPE sglang:generation_tokens_total counter",
-        f"sglang:generation_tokens_total{label} {engine.emitted_tokens}",
-    ]
+        *_family("sglang:num_running_reqs", "gauge", "The number of running requests.",
+                 sched, engine.running),
+        *_family("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
+                 sched, engine.queued),
+        *_family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                 tok, done.prompt_tokens),
+        *_family("sglang:generation_tokens_total", "counter",
+                 "Number of generation tokens processed.", tok, done.generation_tokens),
+        *_family("sglang:num_requests_total", "counter", "Number of requests processed.",
+                 tok, done.requests),
+        *_family("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.",
+                 tok, done.aborted),
+    ]  # fmt: skip
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

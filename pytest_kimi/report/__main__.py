@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         backend=first.get("backend", "sglang"),
         time_scale=float(first.get("time_scale") or 1.0),
     )
-    html = render_html(model, {r.name: r.records for r in results})
+    html = render_html(
+        model, {r.name: r.records for r in results}, {r.name: r.replica_counters for r in results}
+    )
     write_comparison(args.out, model, render_markdown(model), html)
     print(render_text(model))
     print(f"wrote {args.out / 'comparison.md'}, comparison.json, report.html")

@@ -1,19 +1,20 @@
 """Data-quality notes from logs and records: what the seed's author checked by hand.
 
 Scans every node log and the router log for OOM, NCCL errors, Python tracebacks and
-EngineDeadError, and the router log for health-check failures and timeouts; counts how the
-requests were split between replicas. Pure functions over text and records.
+EngineDeadError, and the router log for health-check failures and timeouts; says how the
+requests were split between replicas, by the replicas' own counters (real SGLang names no
+replica per request, so the split is known in total, not per request). Pure functions over
+text and counters.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_kimi.workload.records import RequestRecord
+from pytest_kimi.report.replicacounters import ReplicaCounters
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PATTERNS: dict[str, re.Pattern[str]] = {
@@ -65,15 +66,28 @@ def scan_logs(log_dir: Path, until: Mapping[str, int] | None = None) -> list[Fin
     return findings
 
 
-def replica_split(records: Iterable[RequestRecord]) -> Counter[str]:
-    """Measured requests per replica, as the responses named them (``?`` when they did not)."""
-    return Counter(r.replica or "?" for r in records if not r.warmup)
+def replica_split(counters: Mapping[str, ReplicaCounters]) -> dict[str, int]:
+    """Requests each replica finished during the measured run, by its ``/metrics`` counters
+    (replicas whose counters could not be read are left out)."""
+    return {name: c.requests for name, c in counters.items() if c.requests is not None}
+
+
+BY_COUNTERS = (
+    "by each replica's /metrics counters over the measured run: attribution is by counters, "
+    "not per request"
+)
 
 
 def notes(
-    findings: list[Finding], split: Mapping[str, int], replicas: int | None = None
+    findings: list[Finding],
+    counters: Mapping[str, ReplicaCounters],
+    replicas: int | None = None,
+    succeeded: int | None = None,
 ) -> list[str]:
-    """Readable notes for the report; says so explicitly when the logs are clean."""
+    """Readable notes for the report; says so explicitly when the logs are clean.
+
+    ``counters``: each replica's counters over the run (``LayoutResult.replica_counters``);
+    ``succeeded``: requests the client saw succeed, to cross-check the counters' total."""
     out = []
     if findings:
         for f in findings:
@@ -81,9 +95,44 @@ def notes(
     else:
         kinds = ", ".join([*PATTERNS, "router health-check failures"])
         out.append(f"log check: no {kinds} found")
+    return out + _split_notes(counters, replicas, succeeded)
+
+
+def _split_notes(
+    counters: Mapping[str, ReplicaCounters], replicas: int | None, succeeded: int | None
+) -> list[str]:
+    if not counters:
+        return []
+    out = []
+    split = replica_split(counters)
+    unknown = sorted(name for name in counters if name not in split)
     if split:
         parts = ", ".join(f"{name}: {n}" for name, n in sorted(split.items()))
-        out.append(f"requests per replica: {parts}")
-        if replicas and len([k for k in split if k != "?"]) < replicas:
-            out.append(f"only {len(split)} of {replicas} replicas served requests")
+        out.append(f"requests per replica: {parts} ({BY_COUNTERS})")
+        tokens = ", ".join(
+            f"{name}: {c.prompt_tokens} prompt / {c.generation_tokens} generated"
+            for name, c in sorted(counters.items())
+            if c.prompt_tokens is not None and c.generation_tokens is not None
+        )
+        if tokens:
+            out.append(f"tokens per replica (same counters): {tokens}")
+        serving = sum(1 for n in split.values() if n > 0)
+        if replicas and not unknown and serving < replicas:
+            out.append(f"only {serving} of {replicas} replicas served requests")
+        total = sum(split.values())
+        if succeeded is not None and not unknown and total != succeeded:
+            out.append(
+                f"the replicas' counters total {total} finished requests but the client saw "
+                f"{succeeded} succeed: other traffic on these replicas, or requests that "
+                "finished after the client gave up"
+            )
+    if unknown:
+        out.append(
+            "requests per replica unknown for " + ", ".join(unknown) + ": its /metrics "
+            "counters could not be read (SGLang serves them with --enable-metrics)"
+        )
+    routed = {n: c.router_requests for n, c in counters.items() if c.router_requests is not None}
+    if routed:
+        parts = ", ".join(f"{name}: {n}" for name, n in sorted(routed.items()))
+        out.append(f"router's attempts per worker (retries included, same run): {parts}")
     return out

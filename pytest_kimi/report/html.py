@@ -1,9 +1,13 @@
 """``report.html``: one self-contained page (plots inline as SVG) to read a comparison at a glance.
 
 Plots, all in cluster time: TTFT / TPOT / E2E CDFs per layout (medians hide tails; a CDF shows
-them), a per-request timeline per replica (send, first token, end: queueing and prefill
-interference are visible), and output throughput over time. The table, SLO verdicts and notes
-come from the same report model as ``comparison.md``.
+them), a per-request timeline (send, first token, end: queueing and prefill interference are
+visible), and output throughput over time. The table, SLO verdicts and notes come from the same
+report model as ``comparison.md``.
+
+Real SGLang names no replica per request, so the timeline does not pretend to split requests
+between replicas: requests without one share a single row, labelled so, and the split is given
+as what the replicas' own counters say in total (:mod:`pytest_kimi.report.replicacounters`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ import numpy as np
 
 from pytest_kimi.metrics import per_request_ms
 from pytest_kimi.report.comparison import backend_label, table_rows
+from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.workload.records import RequestRecord
+
+Counters = Mapping[str, Mapping[str, ReplicaCounters]]
+UNATTRIBUTED = "all replicas (not known per request)"
 
 PLOT_IDS = ("cdf-ttft", "cdf-tpot", "cdf-e2e", "timeline", "throughput")
 
@@ -92,7 +100,27 @@ def _cdf_plot(samples: Mapping[str, list[float]], metric: str, unit: str) -> str
     return _svg(fig)
 
 
-def _timeline_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: float) -> str:
+def _counter_totals(counters: Mapping[str, ReplicaCounters]) -> str:
+    """``replica0 20 req, replica1 20 req``: the split the replicas' counters give."""
+    parts = [f"{name} {c.requests} req" for name, c in sorted(counters.items())
+             if c.requests is not None]  # fmt: skip
+    return ", ".join(parts)
+
+
+def timeline_rows(records: Sequence[RequestRecord]) -> list[tuple[str, list[RequestRecord]]]:
+    """The timeline's rows: one per replica a record names, and one, :data:`UNATTRIBUTED`, for
+    the records that name none (all of them on real SGLang): never a guessed split."""
+    names = sorted({r.replica or UNATTRIBUTED for r in records})
+    return [
+        (name, sorted((r for r in records if (r.replica or UNATTRIBUTED) == name),
+                      key=lambda r: r.send_time))
+        for name in names
+    ]  # fmt: skip
+
+
+def _timeline_plot(
+    records: Mapping[str, Sequence[RequestRecord]], time_scale: float, counters: Counters
+) -> str:
     layouts = [name for name, recs in records.items() if recs]
     height = 2.6 * max(1, len(layouts))
     fig, axes = plt.subplots(
@@ -101,12 +129,9 @@ def _timeline_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: f
     for ax, name in zip(axes[:, 0], layouts, strict=True):
         measured = [r for r in records[name] if not r.warmup and r.end_time is not None]
         start = min(r.send_time for r in measured)
-        replicas = sorted({r.replica or "?" for r in measured})
         y = 0
         ticks = []
-        for rep in replicas:
-            rows = sorted((r for r in measured if (r.replica or "?") == rep),
-                          key=lambda r: r.send_time)  # fmt: skip
+        for rep, rows in timeline_rows(measured):
             for r in rows:
                 send = (r.send_time - start) * time_scale
                 end = (r.end_time - start) * time_scale
@@ -118,7 +143,11 @@ def _timeline_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: f
             ticks.append((y - len(rows) / 2, rep))
             y += 2
         ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-        ax.set_title(f"{name}: waiting for first token (orange), decoding (blue)", fontsize=10)
+        title = f"{name}: waiting for first token (orange), decoding (blue)"
+        totals = _counter_totals(counters.get(name, {}))
+        if totals:
+            title += f"\nper replica, by its /metrics counters (not per request): {totals}"
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("cluster time since the first request (s)")
     return _svg(fig)
 
@@ -145,8 +174,13 @@ def _throughput_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale:
     return _svg(fig)
 
 
-def render_html(model: dict[str, Any], records: Mapping[str, Sequence[RequestRecord]]) -> str:
-    """The page for ``model`` (from build_comparison) and each layout's records."""
+def render_html(
+    model: dict[str, Any],
+    records: Mapping[str, Sequence[RequestRecord]],
+    counters: Counters | None = None,
+) -> str:
+    """The page for ``model`` (from build_comparison), each layout's records and, where known,
+    each layout's per-replica counters (``LayoutResult.replica_counters``)."""
     scale = model["time_scale"]
     samples = {name: per_request_ms(recs, time_scale=scale) for name, recs in records.items()}
     plots = []
@@ -154,8 +188,16 @@ def render_html(model: dict[str, Any], records: Mapping[str, Sequence[RequestRec
         svg = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
         plots.append({"id": f"cdf-{key}", "svg": svg, "caption": f"{label} CDF per layout"})
     if any(records.values()):
-        plots.append({"id": "timeline", "svg": _timeline_plot(records, scale),
-                      "caption": "every request per replica: send, first token, end"})  # fmt: skip
+        caption = ("every request: send, first token, end; one row per replica where the "
+                   "response named it, otherwise one row for all replicas")  # fmt: skip
+        totals = [f"{name}: {_counter_totals(c)}" for name, c in (counters or {}).items()
+                  if _counter_totals(c)]  # fmt: skip
+        if totals:
+            caption += (". Requests per replica by each replica's /metrics counters "
+                        "(attribution by counters, not per request): ")  # fmt: skip
+            caption += "; ".join(totals)
+        plots.append({"id": "timeline", "svg": _timeline_plot(records, scale, counters or {}),
+                      "caption": caption})  # fmt: skip
         plots.append({"id": "throughput", "svg": _throughput_plot(records, scale),
                       "caption": "output throughput over time"})  # fmt: skip
     header, body = table_rows(model)

@@ -96,7 +96,6 @@ class _StreamParser:
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.request_id: str | None = None
-        self.replica: str | None = None
         self._seen = 0
 
     def feed(self, data: dict[str, Any]) -> int:
@@ -108,7 +107,6 @@ class _StreamParser:
         if self.api == "generate":
             meta = data.get("meta_info") or {}
             self.request_id = meta.get("id", self.request_id)
-            self.replica = meta.get("kimi_replica", self.replica)
             self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
             total = meta.get("completion_tokens")
             if total is None:
@@ -160,7 +158,6 @@ async def send_one(
             stream = http.stream("POST", url, json=body, extensions={"trace": trace})
             async with stream as response:
                 record.status = response.status_code
-                record.replica = response.headers.get("x-kimi-replica")
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")[:500]
                     raise _ServerError(f"HTTP {response.status_code}: {text}")
@@ -184,7 +181,6 @@ async def send_one(
     record.prompt_tokens = parser.prompt_tokens
     record.completion_tokens = parser.completion_tokens
     record.request_id = parser.request_id
-    record.replica = record.replica or parser.replica
     return record
 
 

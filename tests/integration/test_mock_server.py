@@ -22,10 +22,10 @@ def _events(response: httpx.Response) -> list:
     return out
 
 
-def test_info_endpoints_report_args_and_unknown_flags(mock_server):
+def test_info_endpoints_report_args(mock_server):
     info = httpx.get(mock_server + "/get_server_info").json()
     assert info["tp_size"] == 8
-    assert info["unrecognized_args"] == ["--some-future-flag", "x"]
+    assert "unrecognized_args" not in info and "kimi_mock" not in info  # SGLang has neither
     assert httpx.get(mock_server + "/server_info").json()["tp_size"] == 8
     model = httpx.get(mock_server + "/model_info").json()
     assert model["model_path"] == str(TOKENIZER_DIR)
@@ -48,6 +48,7 @@ def test_generate_streams_cumulative_text_and_meta_info(mock_server):
     assert len(texts[-1].split()) == 5
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     assert chunks[0]["meta_info"]["finish_reason"] is None
+    assert [("e2e_latency" in c["meta_info"]) for c in chunks] == [False] * 4 + [True]
 
 
 def test_completions_stream_ends_with_usage_chunk(mock_server):
@@ -90,14 +91,38 @@ def test_real_openai_client_works_against_the_mock(mock_server):
 
 
 def test_metrics_use_sglang_names(mock_server):
-    body = {"text": "a", "sampling_params": {"max_new_tokens": 2}}
-    httpx.post(mock_server + "/generate", json=body, timeout=10).raise_for_status()
+    from pytest_kimi.report.replicacounters import server_totals
+
+    before = server_totals(httpx.get(mock_server + "/metrics").text)
+    body = {"text": "a b c", "sampling_params": {"max_new_tokens": 2}}
+    for _ in range(3):
+        httpx.post(mock_server + "/generate", json=body, timeout=10).raise_for_status()
     text = httpx.get(mock_server + "/metrics").text
     assert "sglang:num_running_reqs{" in text
     assert "sglang:num_queue_reqs{" in text
     assert 'sglang:generation_tokens_total{model_name="' in text
-    line = next(x for x in text.splitlines() if x.startswith("sglang:generation_tokens_total"))
-    assert float(line.split()[-1]) >= 2
+    after = server_totals(text)
+    grown = {k: after[k] - before.get(k, 0.0) for k in after}
+    assert grown == {  # counted when each request finished, as SGLang's tokenizer manager does
+        "sglang:num_requests_total": 3,
+        "sglang:prompt_tokens_total": 9,
+        "sglang:generation_tokens_total": 6,
+    }
+
+
+def test_mock_only_conveniences_need_their_flags(spawn, mock_cmd):
+    port = free_port()
+    flags = ("--mock-replica-header", "--mock-server-info-extras", "--some-future-flag", "x")
+    proc = spawn(mock_cmd(port, "--mock-time-scale", "1000", *flags), "mock")
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health")
+    info = httpx.get(url + "/get_server_info").json()
+    assert info["unrecognized_args"] == ["--some-future-flag", "x"]
+    assert info["kimi_mock"]["time_scale"] == 1000
+    body = {"text": "a", "sampling_params": {"max_new_tokens": 2}, "stream": True}
+    response = httpx.post(url + "/generate", json=body, timeout=10)
+    assert response.headers["x-kimi-replica"] == f"127.0.0.1:{port}"
+    assert _events(response)[0]["meta_info"]["kimi_replica"] == f"127.0.0.1:{port}"
 
 
 def test_ground_truth_has_model_side_timings(mock_server):
@@ -113,7 +138,7 @@ def test_ground_truth_has_model_side_timings(mock_server):
 def test_bad_request_is_a_400_with_a_message(mock_server):
     response = httpx.post(mock_server + "/v1/chat/completions", json={"messages": []})
     assert response.status_code == 400
-    assert "messages" in response.json()["error"]["message"]
+    assert "messages" in response.json()["message"]  # SGLang's ErrorResponse: flat
 
 
 def test_rank0_serves_only_after_all_ranks_join(spawn, mock_cmd):

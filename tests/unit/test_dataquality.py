@@ -1,4 +1,4 @@
-"""Log scanning and replica split (pure functions over text and records)."""
+"""Log scanning and replica split (pure functions over text and per-replica counters)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 from pytest_kimi.mock.faults import LOG_LINES
 from pytest_kimi.report.dataquality import notes, replica_split, scan_logs, scan_text
-from pytest_kimi.workload.records import RequestRecord
+from pytest_kimi.report.replicacounters import ReplicaCounters
 
 
 def test_each_mock_fault_line_is_found_by_its_kind():
@@ -46,22 +46,43 @@ def test_router_health_failures_only_count_in_the_router_log(tmp_path: Path):
     assert "\x1b" not in findings[0].first
 
 
-def test_replica_split_counts_measured_requests_only():
-    records = [
-        RequestRecord(0, "a", 1, 1, replica="r0"),
-        RequestRecord(1, "b", 1, 1, replica="r1"),
-        RequestRecord(2, "c", 1, 1, replica="r0"),
-        RequestRecord(-1, "w", 1, 1, replica="r1", warmup=True),
-        RequestRecord(3, "d", 1, 1),
-    ]
-    split = replica_split(records)
-    assert split == {"r0": 2, "r1": 1, "?": 1}
-    text = notes([], split, replicas=2)
-    assert "requests per replica: ?: 1, r0: 2, r1: 1" in text
+def _counters(*requests, routed=None) -> dict[str, ReplicaCounters]:
+    return {
+        f"replica{i}": ReplicaCounters(f"http://h:{i}", n, None if n is None else 100 * n,
+                                       None if n is None else 10 * n, routed)
+        for i, n in enumerate(requests)
+    }  # fmt: skip
+
+
+def test_replica_split_comes_from_the_counters_and_says_so():
+    counters = _counters(20, 20, routed=21)
+    assert replica_split(counters) == {"replica0": 20, "replica1": 20}
+    text = notes([], counters, replicas=2, succeeded=40)
+    assert (
+        "requests per replica: replica0: 20, replica1: 20 (by each replica's /metrics counters "
+        "over the measured run: attribution is by counters, not per request)"
+    ) in text
+    assert "tokens per replica (same counters): replica0: 2000 prompt / 200 generated, " \
+        "replica1: 2000 prompt / 200 generated" in text  # fmt: skip
+    assert any(n.startswith("router's attempts per worker") and "replica1: 21" in n for n in text)
+    assert not any("only" in n or "total" in n for n in text)
 
 
 def test_one_replica_serving_everything_is_noted():
-    assert any("only 1 of 2 replicas" in n for n in notes([], {"r0": 40}, replicas=2))
+    assert any("only 1 of 2 replicas" in n for n in notes([], _counters(40, 0), replicas=2))
+
+
+def test_counters_that_disagree_with_the_client_are_noted():
+    text = notes([], _counters(20, 25), replicas=2, succeeded=40)
+    assert any("counters total 45 finished requests but the client saw 40" in n for n in text)
+
+
+def test_unreadable_counters_are_unknown_not_a_false_alarm():
+    text = notes([], _counters(40, None), replicas=2, succeeded=40)
+    assert any(n.startswith("requests per replica: replica0: 40 (by each") for n in text)
+    assert any(n.startswith("requests per replica unknown for replica1") for n in text)
+    assert not any("only" in n or "counters total" in n for n in text)
+    assert notes([], {}, replicas=2) == notes([], {})  # attached: nothing to say
 
 
 def test_secret_looking_env_values_are_redacted():

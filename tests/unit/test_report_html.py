@@ -8,7 +8,8 @@ import numpy as np
 
 from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import LayoutResult, build_comparison
-from pytest_kimi.report.html import PLOT_IDS, render_html
+from pytest_kimi.report.html import PLOT_IDS, UNATTRIBUTED, render_html, timeline_rows
+from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.workload.records import Chunk, RequestRecord
 
 
@@ -79,3 +80,19 @@ def test_report_html_without_records_still_renders_table_and_cdfs():
     page = render_html(model, {"tp32": []})
     assert "not measured: BringUpError: node603 unreachable" in page
     assert "cdf-ttft" in page
+
+
+def test_timeline_without_per_request_replica_is_one_row_plus_counter_totals():
+    records = _records(0.0, replicas=(None,))
+    rows = timeline_rows(records)
+    assert [(name, len(rs)) for name, rs in rows] == [(UNATTRIBUTED, 12)]  # no fake split
+    assert [name for name, _ in timeline_rows(_records(0.0))] == ["r0", "r1"]
+    results = [LayoutResult("tp32", "TP32", summarize(records), records=records)]
+    model = build_comparison(results, run_id="r", backend="mock", time_scale=40.0)
+    counters = {"tp32": {"replica0": ReplicaCounters("http://a:1", 7, 700, 42),
+                         "replica1": ReplicaCounters("http://a:2", 5, 500, 30)}}  # fmt: skip
+    page = render_html(model, {"tp32": records}, counters)
+    caption = page.split('id="timeline"')[1].split("<figcaption>")[1].split("</figcaption>")[0]
+    assert "attribution by counters, not per request" in caption
+    assert "tp32: replica0 7 req, replica1 5 req" in caption
+    assert "replica0" not in render_html(model, {"tp32": records})  # no counters: no totals
