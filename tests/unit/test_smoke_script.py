@@ -116,10 +116,13 @@ def test_a_rehearsal_with_the_mock_runs_checks_and_leaves_nothing(tmp_path: Path
         "every request succeeded: PASS (9 records)",
         "prompt tokens = the tokenizer's count: PASS",
         "completion tokens = requested = streamed: PASS",
+        "replicas counted every request: PASS (9 counted, 9 sent)",
         "replicas' prompt tokens = records': PASS (2304)",
         "replicas' generation tokens = records': PASS (288)",
+        "round robin: both replicas served, evenly: PASS",
         "nothing left running: PASS",
     ):
         assert passed in result, done.stdout[-3000:] + done.stderr[-2000:]
     checks = json.loads((work / "result.json").read_text())["checks"]
-    assert done.returncode == (0 if all(c["pass"] for c in checks) else 1)
+    assert [c for c in checks if not c["pass"]] == []  # the mock's counters are SGLang's
+    assert done.returncode == 0
