@@ -104,7 +104,11 @@ AGGREGATES: dict[str, Metric] = {
             "total_reasoning_tokens",
         ),
         _aggregate(
-            "total_answer_tokens", "Answer tokens (of output)", "count", False, "total_answer_tokens"
+            "total_answer_tokens",
+            "Answer tokens (of output)",
+            "count",
+            False,
+            "total_answer_tokens",
         ),
     )
 }
