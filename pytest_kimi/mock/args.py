@@ -88,6 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
     add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
     add(
+        "--mock-reasoning-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="chat streams send their first N tokens as delta.reasoning_content (a reasoning "
+        "model behind SGLang's --reasoning-parser)",
+    )
+    add(
         "--mock-fault",
         action="append",
         default=[],
