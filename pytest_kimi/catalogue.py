@@ -18,10 +18,14 @@ LATENCY_PREFIXES: dict[str, tuple[str, str]] = {
     "tpot": ("TPOT", "tpot"),
     "itl": ("ITL", "itl"),
     "e2e": ("E2E", "e2e_latency"),
+    # time to first answer token: after a reasoning model's thinking; = TTFT without reasoning
+    "ttfat": ("TTFAT", "ttfat"),
 }
 STATS: tuple[str, ...] = ("mean", "median", "std", "min", "max")
-PER_REQUEST_PREFIXES: tuple[str, ...] = ("ttft", "tpot", "e2e")  # one value per request
-_LATENCY_NAME = re.compile(r"^(ttft|tpot|itl|e2e)_(mean|median|std|min|max|p(\d+(?:\.\d+)?))$")
+PER_REQUEST_PREFIXES: tuple[str, ...] = ("ttft", "tpot", "e2e", "ttfat")  # one per request
+_LATENCY_NAME = re.compile(
+    r"^(" + "|".join(LATENCY_PREFIXES) + r")_(mean|median|std|min|max|p(\d+(?:\.\d+)?))$"
+)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,20 @@ AGGREGATES: dict[str, Metric] = {
         ),
         _aggregate("total_input_tokens", "Input tokens", "count", False, "total_input_tokens"),
         _aggregate("total_output_tokens", "Output tokens", "count", False, "total_output_tokens"),
+        _aggregate(
+            "total_reasoning_tokens",
+            "Reasoning tokens (of output)",
+            "count",
+            False,
+            "total_reasoning_tokens",
+        ),
+        _aggregate(
+            "total_answer_tokens",
+            "Answer tokens (of output)",
+            "count",
+            False,
+            "total_answer_tokens",
+        ),
     )
 }
 
@@ -104,6 +122,12 @@ COMPARISON_ROWS: tuple[str, ...] = (
     "peak_concurrency", "goodput",
 )  # fmt: skip
 """The seed report's rows, in its order."""
+
+REASONING_ROWS: tuple[str, ...] = (
+    "ttfat_mean", "ttfat_median", "ttfat_p95", "total_reasoning_tokens", "total_answer_tokens",
+)  # fmt: skip
+"""Rows the comparison adds after the TTFT rows when any layout streamed reasoning tokens:
+elsewhere TTFAT equals TTFT and the split is all answer, so they would say nothing new."""
 
 BASELINE_METRICS: tuple[str, ...] = (
     "ttft_mean", "ttft_median", "ttft_p95", "ttft_p99",
@@ -130,7 +154,8 @@ class UnknownMetric(KeyError):
 
 def known_names() -> str:
     """A one-line list of valid names, for error messages."""
-    return "ttft_/tpot_/itl_/e2e_ + mean|median|std|min|max|pNN, " + ", ".join(AGGREGATES)
+    prefixes = "/".join(f"{p}_" for p in LATENCY_PREFIXES)
+    return f"{prefixes} + mean|median|std|min|max|pNN, " + ", ".join(AGGREGATES)
 
 
 def metric(name: str) -> Metric:

@@ -9,6 +9,11 @@ its names live in :mod:`pytest_kimi.summary` and :mod:`pytest_kimi.catalogue`.
 Where ``bench_serving`` is misleading we keep its number (so results compare with peers) and
 add a correct one next to it, labelled: peak concurrency is reported both bucketed (its way)
 and exact (a sweep over half-open intervals).
+
+Reasoning models: TTFT, TPOT and ITL count every generated token, reasoning or answer (the
+client records the first token of any kind), so they are the server's figures whether or not
+it separates reasoning. TTFAT (time to first answer token) is what a user waits until the
+answer starts; reasoning and answer token totals say how the output splits.
 """
 
 from __future__ import annotations
@@ -83,19 +88,25 @@ class _Latencies:
     ttft: float | None
     tpot: float | None
     e2e: float | None
+    ttfat: float | None = None  # to the first answer token; None when no answer streamed
+
+
+def _since_send(record: RequestRecord, time: float | None, ms: float) -> float | None:
+    return None if time is None else (time - record.send_time) * ms
 
 
 def _request_latencies(record: RequestRecord, time_scale: float) -> _Latencies:
+    """TPOT over all output tokens after the first, reasoning included (bench_serving's
+    ``(latency - ttft) / (output_len - 1)`` with the server's output token count)."""
     ms = time_scale * 1000.0
-    ttft = None
-    if record.first_token_time is not None:
-        ttft = (record.first_token_time - record.send_time) * ms
-    e2e = None if record.end_time is None else (record.end_time - record.send_time) * ms
+    ttft = _since_send(record, record.first_token_time, ms)
+    e2e = _since_send(record, record.end_time, ms)
     tpot = None
     n_out = record.output_tokens
     if ttft is not None and e2e is not None and n_out > 1:
         tpot = (e2e - ttft) / (n_out - 1)
-    return _Latencies(ttft=ttft, tpot=tpot, e2e=e2e)
+    ttfat = _since_send(record, record.first_answer_time, ms)
+    return _Latencies(ttft=ttft, tpot=tpot, e2e=e2e, ttfat=ttfat)
 
 
 def _inter_token_latencies(record: RequestRecord, time_scale: float) -> list[float]:
@@ -188,10 +199,13 @@ def summarize(
     tpots: list[float] = []
     e2es: list[float] = []
     itls: list[float] = []
+    ttfats: list[float] = []
     for r in ok:
         lat = _request_latencies(r, scale)
         if lat.ttft is not None:
             ttfts.append(lat.ttft)
+        if lat.ttfat is not None:
+            ttfats.append(lat.ttfat)
         if lat.tpot is not None:
             tpots.append(lat.tpot)
         if lat.e2e is not None:
@@ -202,6 +216,7 @@ def summarize(
     start = min((r.send_time for r in measured), default=0.0)
     total_in = sum(r.input_tokens for r in ok)
     total_out = sum(r.output_tokens for r in ok)
+    total_reasoning = sum(r.reasoning_tokens for r in ok)
     return Summary(
         completed=len(ok),
         failed=len(measured) - len(ok),
@@ -224,15 +239,18 @@ def summarize(
         if goodput_limits_ms
         else _NAN,
         goodput_limits_ms=tuple(sorted((goodput_limits_ms or {}).items())),
+        ttfat_ms=distribution(ttfats, stat_percentiles),
+        total_reasoning_tokens=total_reasoning,
     )
 
 
 def per_request_ms(
     records: Sequence[RequestRecord], *, time_scale: float = 1.0
 ) -> dict[str, list[float]]:
-    """Each successful measured request's TTFT, TPOT and E2E in ms (for bootstrap intervals)."""
+    """Each successful measured request's TTFT, TPOT, E2E and TTFAT in ms (for bootstrap
+    intervals); keyed by catalogue prefix."""
     scale = _check_time_scale(time_scale)
-    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
+    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": [], "ttfat": []}
     for record in _measured(records):
         if not record.success:
             continue

@@ -20,7 +20,10 @@ from pytest_kimi import catalogue
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 _NAN = float("nan")
 # Summary attribute per latency prefix
-_ATTRS: dict[str, str] = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_ms"}
+_ATTRS: dict[str, str] = {
+    "ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_ms", "ttfat": "ttfat_ms",
+}  # fmt: skip
+_LATER: frozenset[str] = frozenset({"ttfat_ms"})  # absent from summary.json of older runs
 
 
 def percentile_key(q: float) -> str:
@@ -153,6 +156,14 @@ class Summary:
     percentiles: tuple[float, ...]
     goodput: float = _NAN  # req/s meeting every per-request limit; NaN when none configured
     goodput_limits_ms: tuple[tuple[str, float], ...] = ()
+    # reasoning models: time to the first answer token, and how many output tokens were thinking
+    ttfat_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
+    total_reasoning_tokens: int = 0
+
+    @property
+    def total_answer_tokens(self) -> int:
+        """Output tokens that were not reasoning."""
+        return self.total_output_tokens - self.total_reasoning_tokens
 
     @property
     def total(self) -> int:
@@ -220,6 +231,8 @@ class Summary:
         out["completed"], out["failed"] = self.completed, self.failed
         out["total_input_tokens"] = self.total_input_tokens
         out["total_output_tokens"] = self.total_output_tokens
+        out["total_reasoning_tokens"] = self.total_reasoning_tokens
+        out["total_answer_tokens"] = self.total_answer_tokens
         for prefix, dist in self.distributions().items():
             infix = catalogue.LATENCY_PREFIXES[prefix][1]
             out[f"mean_{infix}_ms"] = dist.mean
@@ -238,10 +251,16 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Summary:
-        """The inverse of :meth:`to_dict`: the stored figures, nothing recomputed."""
+        """The inverse of :meth:`to_dict`: the stored figures, nothing recomputed. A file from
+        before TTFAT and the reasoning split existed reads with those unmeasured (NaN, 0)."""
+        stored = data["distributions"]
         dists = {
-            attr: Distribution.from_dict(data["distributions"][attr]) for attr in _ATTRS.values()
+            attr: Distribution.from_dict(stored[attr])
+            for attr in _ATTRS.values()
+            if attr in stored or attr not in _LATER
         }
+        for attr in _LATER - dists.keys():  # unmeasured, with the run's percentiles
+            dists[attr] = distribution([], list(dists["ttft_ms"].percentiles))
         return cls(
             completed=int(data["completed"]),
             failed=int(data["failed"]),
@@ -259,4 +278,5 @@ class Summary:
             percentiles=tuple(float(q) for q in data["percentiles"]),
             goodput=_number(data.get("goodput")),
             goodput_limits_ms=tuple(sorted(data.get("goodput_limits_ms", {}).items())),
+            total_reasoning_tokens=int(data.get("total_reasoning_tokens") or 0),
         )

@@ -100,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         "keys SGLang lacks, off by default",
     )
     add(
+        "--mock-reasoning-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="chat streams send their first N tokens as delta.reasoning_content (a reasoning "
+        "model behind SGLang's --reasoning-parser)",
+    )
+    add(
         "--mock-fault",
         action="append",
         default=[],

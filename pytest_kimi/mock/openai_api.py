@@ -1,5 +1,10 @@
 """SGLang's OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``: streamed
-deltas, and a final usage chunk when ``stream_options.include_usage`` asks for one."""
+deltas, and a final usage chunk when ``stream_options.include_usage`` asks for one.
+
+With ``--mock-reasoning-tokens N`` a chat stream's first N tokens are a reasoning model's
+thinking, sent as SGLang 0.5.9 sends them with a reasoning parser (``serving_chat.py``): a role
+chunk, then ``delta.reasoning_content`` chunks (every delta field present, null but one), then
+the answer. Usage counts all tokens; like 0.5.9 its ``reasoning_tokens`` is not filled in."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from pytest_kimi.mock.generation import State, prompt_tokens, run_generation, sampling
-from pytest_kimi.mock.http_common import BadRequest, read_body
+from pytest_kimi.mock.http_common import ARGS_KEY, BadRequest, read_body
 from pytest_kimi.mock.tokenizer_files import count_tokens
 
 
@@ -60,6 +65,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list")
     prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+    thinking = min(max_new, max(0, request.app[ARGS_KEY].mock_reasoning_tokens))
 
     def render(s: State, whole: bool = False, tail: bool = False) -> Any:
         head = _head(body, "chat.completion.chunk", s.rid)
@@ -69,10 +75,27 @@ async def chat(request: web.Request) -> web.StreamResponse:
             return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(s)}
         if tail:
             return [{**head, "choices": [], "usage": _usage(s)}] if include_usage else []
+        if s.generated <= thinking:
+            return _reasoning_chunks(head, s)
         delta: dict[str, Any] = {"content": s.text(s.generated - 1)}
-        if s.generated == 1:
+        if s.generated == 1:  # (after thinking, the role chunk has gone out already)
             delta["role"] = "assistant"
         choice = {"index": 0, "delta": delta, "finish_reason": "length" if s.done else None}
         return [{**head, "choices": [choice], "usage": None}]
 
     return await run_generation(request, count_tokens(prompt), max_new, stream, render)
+
+
+def _reasoning_chunks(head: dict[str, Any], s: State) -> list[dict[str, Any]]:
+    """A thinking token as SGLang 0.5.9 streams it: ``DeltaMessage(reasoning_content=...)``
+    dumped whole, after the role chunk (``DeltaMessage(role="assistant", content="")``) for the
+    first token."""
+    empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
+    delta = {**empty, "reasoning_content": s.text(s.generated - 1)}
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None,
+              "matched_stop": None}  # fmt: skip
+    chunks = [{**head, "choices": [choice], "usage": None}]
+    if s.generated == 1:
+        role = {**empty, "role": "assistant", "content": ""}
+        chunks.insert(0, {**head, "choices": [{**choice, "delta": role}], "usage": None})
+    return chunks

@@ -28,6 +28,17 @@ ROWS: tuple[tuple[str, str, str], ...] = tuple(
 """(metric, row label, unit) of the table, from the catalogue."""
 
 
+def _rows(results: Sequence[LayoutResult]) -> tuple[tuple[str, str, str], ...]:
+    """The seed's rows, plus TTFAT and the reasoning split after the TTFT rows when any layout
+    streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens)."""
+    if not any(r.summary is not None and r.summary.total_reasoning_tokens > 0 for r in results):
+        return ROWS
+    at = max(i for i, (name, _, _) in enumerate(ROWS) if name.startswith("ttft_")) + 1
+    extra = tuple((n, catalogue.metric(n).label, catalogue.metric(n).unit)
+                  for n in catalogue.REASONING_ROWS)  # fmt: skip
+    return ROWS[:at] + extra + ROWS[at:]
+
+
 def _value(summary: Summary | None, metric: str) -> float | None:
     if summary is None:
         return None
@@ -62,7 +73,7 @@ def build_comparison(
         for r in results
     }
     rows = []
-    for metric, label, unit in ROWS:
+    for metric, label, unit in _rows(results):
         values = {r.name: _value(r.summary, metric) for r in results}
         deltas = {r.name: relative_delta(values[r.name], values[ref.name]) for r in results[1:]}
         row = {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}

@@ -1,13 +1,20 @@
-"""A ground-truth server: streams SGLang ``/generate`` chunks on a per-request script.
+"""A ground-truth server: streams SGLang ``/generate`` and ``/v1/chat/completions`` chunks on a
+per-request script.
 
 Used to check a client's timing, not to model a GPU. Each request's script (time to first
-token, gap between tokens, tokens per chunk) comes from the request itself
-(``sampling_params.script``) or, for clients that cannot send one (``sglang.bench_serving``),
-from a seeded generator keyed by arrival order.
+token, gap between tokens, tokens per chunk, and for chat how many leading tokens are
+reasoning) comes from the request itself (``sampling_params.script``; chat: a top-level
+``script``) or, for clients that cannot send one (``sglang.bench_serving``), from a seeded
+generator keyed by arrival order.
 
-Scripts are anchored at the moment the client sent the request when the client says so
-(``X-Kimi-Sent-At``, on ``time.perf_counter``: CLOCK_MONOTONIC, shared by all processes on the
-machine), else at the request's arrival. It is a bare asyncio protocol rather than a web
+``/generate`` scripts are anchored at the moment the client sent the request when the client
+says so (``X-Kimi-Sent-At``, on ``time.perf_counter``: CLOCK_MONOTONIC, shared by all
+processes on the machine), else at the request's arrival. Chat scripts always run on the
+server's own clock, anchored at arrival, as a real server's do: the client's clock has no say
+in what the server did. Chat chunks are SGLang 0.5.9's (``serving_chat.py`` with a reasoning
+parser): a role chunk, ``delta.reasoning_content`` chunks, then ``delta.content`` chunks, a
+finish chunk, the usage chunk when ``stream_options.include_usage`` asks (per-chunk usage with
+``continuous_usage_stats``). It is a bare asyncio protocol rather than a web
 framework on purpose: arrival is stamped in ``data_received`` and every chunk's write right
 after ``transport.write`` (and just before it: a preemption inside the write is the server's,
 not the client's), with no framework queueing in between. ``GET /truth`` returns what
@@ -25,6 +32,7 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +44,7 @@ class Defaults:
     ttft_ms: float = 50.0
     itl_ms: float = 5.0
     tokens_per_chunk: int = 1
+    reasoning_tokens: int = 0  # chat: the first N tokens stream as reasoning_content
     jitter: float = 0.0  # each request's ttft/itl is stretched by up to this fraction
     seed: int = 0
 
@@ -47,13 +56,17 @@ class State:
 
 
 def make_script(body: dict[str, Any], defaults: Defaults, index: int) -> dict[str, Any]:
-    params = body.get("sampling_params") or {}
+    params = body.get("sampling_params")
+    if params is None:  # OpenAI bodies
+        limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
+        params = {"script": body.get("script"), "max_new_tokens": limit}
     script = dict(params.get("script") or {})
     rng = random.Random(defaults.seed * 100003 + index)
     script.setdefault("ttft_ms", defaults.ttft_ms * (1 + defaults.jitter * rng.random()))
     script.setdefault("itl_ms", defaults.itl_ms * (1 + defaults.jitter * rng.random()))
     script.setdefault("tokens_per_chunk", defaults.tokens_per_chunk)
     script.setdefault("max_new_tokens", int(params.get("max_new_tokens", 16)))
+    script.setdefault("reasoning_tokens", defaults.reasoning_tokens)
     return script
 
 
@@ -102,6 +115,8 @@ class _Protocol(asyncio.Protocol):
     async def handle(self, method: str, path: str, body: bytes) -> None:
         if method == "POST" and path == "/generate":
             await self.generate(json.loads(body or b"{}"))
+        elif method == "POST" and path == "/v1/chat/completions":
+            await self.chat(json.loads(body or b"{}"))
         elif path == "/truth":
             self._send("200 OK", "application/json", json.dumps(self.state.truth).encode())
         elif path == "/reset":
@@ -113,24 +128,34 @@ class _Protocol(asyncio.Protocol):
         else:
             self._send("404 Not Found", "text/plain", b"not found")
 
-    async def generate(self, body: dict[str, Any]) -> None:
+    def _entry(self, script: dict[str, Any], text: str, anchor: float) -> dict[str, Any]:
+        """The request's truth record, appended to ``/truth`` at once."""
         assert self.transport is not None
-        truth = self.state.truth
-        index = len(truth)
-        script = make_script(body, self.state.defaults, index)
-        text = body.get("text") or ""
         peer = self.transport.get_extra_info("peername")
         entry: dict[str, Any] = {
-            "index": index,
+            "index": len(self.state.truth),
             "prompt_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "prompt_tokens": len(text.split()),
             "peer": list(peer) if peer else None,
             "received": self.arrived,
-            "anchor": self.anchor,
+            "anchor": anchor,
             "script": script,
-            "chunks": [],
+            "chunks": [],  # [written after, tokens, written before, kind]
         }
-        truth.append(entry)
+        self.state.truth.append(entry)
+        return entry
+
+    async def _stream(
+        self,
+        entry: dict[str, Any],
+        render: Callable[[int, int, str], bytes],
+        tail: Callable[[int], bytes] = lambda done: b"",
+    ) -> None:
+        """Write the script's chunks at their deadlines from ``entry["anchor"]``, stamping
+        each write; ``render(done, n, kind)`` is a chunk's SSE bytes, ``tail(done)`` what
+        goes before ``[DONE]``. A chunk never mixes reasoning and answer tokens."""
+        assert self.transport is not None
+        script = entry["script"]
         keep = self.keep_alive
         framing = b"Transfer-Encoding: chunked" if keep else b"Connection: close"
         self.transport.write(
@@ -142,33 +167,95 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(b"%x\r\n%s\r\n" % (len(data), data) if keep else data)
 
         total = script["max_new_tokens"]
+        reasoning = min(total, max(0, int(script.get("reasoning_tokens", 0))))
         per_chunk = max(1, int(script["tokens_per_chunk"]))
-        deadline = self.anchor + script["ttft_ms"] / 1000
+        deadline = entry["anchor"] + script["ttft_ms"] / 1000
         done = 0
         while done < total:
-            n = min(per_chunk, total - done)
+            kind = "reasoning" if done < reasoning else "answer"
+            n = min(per_chunk, (reasoning if kind == "reasoning" else total) - done)
             delay = deadline - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             done += n
-            meta = {
-                "id": str(index),
-                "prompt_tokens": entry["prompt_tokens"],
-                "completion_tokens": done,
-                "finish_reason": {"type": "length", "length": done} if done == total else None,
-            }
-            payload = json.dumps({"text": " tok" * done, "meta_info": meta})
+            data = render(done, n, kind)
             before = time.perf_counter()
-            send(f"data: {payload}\n\n".encode())
-            entry["chunks"].append([time.perf_counter(), n, before])
+            send(data)
+            entry["chunks"].append([time.perf_counter(), n, before, kind])
             deadline += script["itl_ms"] / 1000 * n
+        entry["completion_tokens"], entry["reasoning_tokens"] = done, reasoning
+        data = tail(done) + b"data: [DONE]\n\n"
         entry["end_before"] = time.perf_counter()
-        send(b"data: [DONE]\n\n")
+        send(data)
         entry["end"] = time.perf_counter()
         if keep:
             self.transport.write(b"0\r\n\r\n")
         else:
             self.transport.close()
+
+    async def generate(self, body: dict[str, Any]) -> None:
+        script = make_script(body, self.state.defaults, len(self.state.truth))
+        script["reasoning_tokens"] = 0  # /generate has no reasoning field (SGLang 0.5.9)
+        entry = self._entry(script, body.get("text") or "", self.anchor)
+        total = script["max_new_tokens"]
+
+        def render(done: int, n: int, kind: str) -> bytes:
+            meta = {
+                "id": str(entry["index"]),
+                "prompt_tokens": entry["prompt_tokens"],
+                "completion_tokens": done,
+                "finish_reason": {"type": "length", "length": done} if done == total else None,
+            }
+            return f"data: {json.dumps({'text': ' tok' * done, 'meta_info': meta})}\n\n".encode()
+
+        await self._stream(entry, render)
+
+    async def chat(self, body: dict[str, Any]) -> None:
+        script = make_script(body, self.state.defaults, len(self.state.truth))
+        messages = body.get("messages") or []
+        text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        entry = self._entry(script, text, self.arrived)  # the server's clock, nobody else's
+        options = body.get("stream_options") or {}
+        rid, model = f"chatcmpl-{entry['index']}", body.get("model", "default")
+
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
+            data = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": model, "choices": choices, "usage": usage}  # fmt: skip
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        def usage(done: int) -> dict[str, Any]:
+            prompt = entry["prompt_tokens"]
+            return {
+                "prompt_tokens": prompt,
+                "total_tokens": prompt + done,
+                "completion_tokens": done,
+                "prompt_tokens_details": None,
+                "reasoning_tokens": 0,
+            }  # fmt: skip  (0.5.9's chat never fills it)
+
+        def render(done: int, n: int, kind: str) -> bytes:
+            delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
+            delta["reasoning_content" if kind == "reasoning" else "content"] = " tok" * n
+            first = b""
+            if done == n:  # SGLang's role chunk goes out with the first generated text
+                role = {**delta, "role": "assistant", "content": "", "reasoning_content": None}
+                first = chunk([_choice(role)], None)
+            per_chunk = usage(done) if options.get("continuous_usage_stats") else None
+            return first + chunk([_choice(delta)], per_chunk)
+
+        def tail(done: int) -> bytes:
+            empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
+            out = chunk([_choice(empty, "length")], None)
+            if options.get("include_usage"):
+                out += chunk([], usage(done))
+            return out
+
+        await self._stream(entry, render, tail)
+
+
+def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+            "matched_stop": None}  # fmt: skip
 
 
 async def serve(host: str, port: int, defaults: Defaults) -> None:
@@ -186,10 +273,14 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=5.0)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--reasoning-tokens", type=int, default=0, help="chat: leading N")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of scripts")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    defaults = Defaults(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, args.jitter, args.seed)
+    defaults = Defaults(
+        args.ttft_ms, args.itl_ms, args.tokens_per_chunk, args.reasoning_tokens, args.jitter,
+        args.seed,
+    )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, defaults))
 

@@ -2,7 +2,10 @@
 
 It measures what ``sglang.bench_serving`` measures: the time the request goes out, the arrival
 time of every chunk that carries generated text, and the end of the stream. Token counts come
-from the server (``meta_info`` or ``usage``), never from a local tokenizer.
+from the server (``meta_info`` or ``usage``), never from a local tokenizer. Unlike
+bench_serving 0.5.9, which times only ``delta.content``, generated text includes a reasoning
+model's ``delta.reasoning_content``: TTFT is the first token of any kind, and the first answer
+token is recorded next to it (see :class:`_StreamParser`).
 
 When the clock starts: bench_serving reads it before opening a connection, so its TTFT also
 holds connection set-up and the client library's own work before the first byte leaves. We
@@ -89,7 +92,22 @@ def payload(api: str, text: str, output_len: int, model: str) -> dict[str, Any]:
 
 
 class _StreamParser:
-    """Turns SSE data lines into (tokens in this chunk, has text) and final counts."""
+    """Turns SSE data lines into (tokens in this chunk, whether it is answer) and final counts.
+
+    Reasoning: SGLang's chat API with a reasoning parser streams the thinking as
+    ``delta.reasoning_content`` before the answer's ``delta.content`` (0.5.9,
+    ``serving_chat.py``); both are generated tokens, so both start the clock of TTFT. Its
+    ``/v1/completions`` and ``/generate`` do not separate reasoning (0.5.9 has no reasoning
+    field there: the thinking is part of ``text``), so everything they stream is answer.
+
+    Token counts: ``/generate`` carries cumulative ``meta_info.completion_tokens`` in every
+    chunk. OpenAI chunks carry ``usage`` only at the end (``include_usage``), or in every chunk
+    with ``continuous_usage_stats``; without it each chunk with text counts as one token (one
+    chunk per token at SGLang's default ``--stream-interval 1``) and the total comes from the
+    final usage. Reasoning tokens: ``usage.reasoning_tokens`` (or OpenAI's
+    ``completion_tokens_details.reasoning_tokens``) when the server reports a positive number,
+    else the tokens counted in reasoning chunks (SGLang 0.5.9's chat usage always says 0).
+    """
 
     def __init__(self, api: str) -> None:
         self.api = api
@@ -97,39 +115,67 @@ class _StreamParser:
         self.prompt_tokens: int | None = None
         self.request_id: str | None = None
         self._seen = 0
+        self._reasoning_streamed = 0
+        self._reasoning_reported = 0
 
-    def feed(self, data: dict[str, Any]) -> int:
-        """Tokens newly carried by this chunk (0 for chunks without generated text)."""
+    @property
+    def reasoning_tokens(self) -> int:
+        """The server's reasoning count where it gives one, else what streamed as reasoning."""
+        return self._reasoning_reported or self._reasoning_streamed
+
+    def feed(self, data: dict[str, Any]) -> tuple[int, bool]:
+        """Tokens newly carried by this chunk (0 for chunks without generated text), and
+        whether they are answer (False: reasoning)."""
         if "error" in data:
             error = data["error"]
             message = error.get("message") if isinstance(error, dict) else error
             raise _ServerError(str(message))
         if self.api == "generate":
-            meta = data.get("meta_info") or {}
-            self.request_id = meta.get("id", self.request_id)
-            self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
-            total = meta.get("completion_tokens")
-            if total is None:
-                return 1 if data.get("text") else 0
-            new = int(total) - self._seen
-            self._seen = int(total)
-            self.completion_tokens = self._seen
-            return new if data.get("text") else 0
+            return self._feed_generate(data), True
         self.request_id = data.get("id", self.request_id)
         usage = data.get("usage")
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            self._reasoning_reported = _reported_reasoning(usage) or self._reasoning_reported
         choices = data.get("choices") or []
         if not choices:
-            return 0
+            return 0, False
         choice = choices[0]
-        text = (
-            choice.get("text")
-            if self.api == "completions"
-            else ((choice.get("delta") or {}).get("content"))
-        )
-        return 1 if text else 0
+        if self.api == "completions":
+            answer, reasoning = choice.get("text"), None
+        else:
+            delta = choice.get("delta") or {}
+            answer, reasoning = delta.get("content"), delta.get("reasoning_content")
+        if not answer and not reasoning:
+            return 0, False
+        tokens = 1
+        if usage and usage.get("completion_tokens") is not None:  # continuous_usage_stats
+            total = int(usage["completion_tokens"])
+            tokens, self._seen = total - self._seen, total
+        if not answer:
+            self._reasoning_streamed += tokens
+        return tokens, bool(answer)
+
+    def _feed_generate(self, data: dict[str, Any]) -> int:
+        meta = data.get("meta_info") or {}
+        self.request_id = meta.get("id", self.request_id)
+        self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+        total = meta.get("completion_tokens")
+        if total is None:
+            return 1 if data.get("text") else 0
+        new = int(total) - self._seen
+        self._seen = int(total)
+        self.completion_tokens = self._seen
+        return new if data.get("text") else 0
+
+
+def _reported_reasoning(usage: dict[str, Any]) -> int:
+    """Reasoning tokens a usage object reports: SGLang's ``reasoning_tokens`` or OpenAI's
+    ``completion_tokens_details.reasoning_tokens``; 0 when neither says."""
+    details = usage.get("completion_tokens_details") or {}
+    value = usage.get("reasoning_tokens") or details.get("reasoning_tokens") or 0
+    return int(value)
 
 
 class _ServerError(Exception):
@@ -181,6 +227,7 @@ async def send_one(
     record.prompt_tokens = parser.prompt_tokens
     record.completion_tokens = parser.completion_tokens
     record.request_id = parser.request_id
+    record.reasoning_tokens = parser.reasoning_tokens
     return record
 
 
@@ -220,10 +267,12 @@ async def _read_events(
             if payload == b"[DONE]":
                 done_at = now
                 break
-            tokens = parser.feed(loads(payload))
+            tokens, answer = parser.feed(loads(payload))
             if tokens > 0:
                 if record.first_token_time is None:
                     record.first_token_time = now
+                if answer and record.first_answer_time is None:
+                    record.first_answer_time = now
                 record.chunks.append(Chunk(now, tokens))
 
 

@@ -4,6 +4,13 @@ Times are seconds on the client's monotonic clock (``time.perf_counter``), in wa
 Metrics convert them to cluster time with the run's time scale (1 on a real cluster).
 A failed request keeps its record with ``success=False`` and the error text: failures are
 counted, never dropped.
+
+Reasoning models stream their thinking before the answer (SGLang's chat API with a reasoning
+parser: ``delta.reasoning_content``, then ``delta.content``). ``first_token_time`` is the first
+token of either kind (TTFT, as the server's own clock sees it); ``first_answer_time`` the first
+answer token; ``reasoning_tokens`` how many of ``output_tokens`` were thinking. Files written
+before these fields existed read back with the defaults below: their client counted only
+answer text, so their first token was also their first answer token.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from pytest_kimi.files import atomic_write
 
 @dataclass
 class Chunk:
-    """One streamed chunk that carried generated text."""
+    """One streamed chunk that carried generated text (reasoning or answer)."""
 
     time: float
     tokens: int
@@ -37,7 +44,7 @@ class RequestRecord:
     max_output_tokens: int
     send_time: float = 0.0  # the request's first byte is about to be written
     start_time: float | None = None  # before connecting (bench_serving's clock start)
-    first_token_time: float | None = None
+    first_token_time: float | None = None  # first token of any kind (reasoning or answer)
     end_time: float | None = None
     chunks: list[Chunk] = field(default_factory=list)
     prompt_tokens: int | None = None
@@ -48,6 +55,8 @@ class RequestRecord:
     success: bool = False
     error: str = ""
     warmup: bool = False
+    first_answer_time: float | None = None  # first answer token (after any reasoning)
+    reasoning_tokens: int = 0  # of output_tokens, how many were reasoning
 
     @property
     def output_tokens(self) -> int:
@@ -55,6 +64,12 @@ class RequestRecord:
         if self.completion_tokens is not None:
             return self.completion_tokens
         return sum(c.tokens for c in self.chunks)
+
+    @property
+    def answer_tokens(self) -> int:
+        """Output tokens that were not reasoning. Tokens the server spent but streamed as
+        neither (a reasoning parser's end-of-thinking marker) count here."""
+        return max(0, self.output_tokens - self.reasoning_tokens)
 
     @property
     def input_tokens(self) -> int:
@@ -72,6 +87,8 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict) -> RequestRecord:
         data = dict(data)
+        if "first_answer_time" not in data:  # written before reasoning was told apart
+            data["first_answer_time"] = data.get("first_token_time")
         data["chunks"] = [Chunk(**c) for c in data.get("chunks", [])]
         return cls(**data)
 

@@ -85,3 +85,41 @@ def test_figures_use_catalogue_names_and_match_summary_json_keys() -> None:
         if m.bench_key is not None and m.bench_key in stored:
             assert math.isclose(stored[m.bench_key], value), name
     assert not [name for name in figures if name.endswith("_ms")]
+
+
+def test_ttfat_and_the_reasoning_totals_are_catalogue_metrics() -> None:
+    m = catalogue.metric("ttfat_p95")
+    assert (m.prefix, m.bench_key, m.unit, m.per_request) == ("ttfat", "p95_ttfat_ms", "ms", True)
+    assert catalogue.gateable(m) and catalogue.sloable(m) and m.upper_bound
+    for name in ("total_reasoning_tokens", "total_answer_tokens"):
+        agg = catalogue.metric(name)
+        assert agg.unit == "count" and not catalogue.sloable(agg) and agg.bench_key == name
+    assert "ttfat_" in catalogue.known_names()
+
+
+def _reasoning_records(reasoning: int) -> list[RequestRecord]:
+    out = _records()
+    for r in out:
+        r.reasoning_tokens = reasoning
+        r.first_answer_time = r.chunks[reasoning].time
+    return out
+
+
+def test_comparison_shows_reasoning_rows_only_when_a_layout_reasoned() -> None:
+    from pytest_kimi.report.comparison import build_comparison
+    from pytest_kimi.result import LayoutResult
+
+    def model(reasoning: int) -> list[str]:
+        results = [
+            LayoutResult(name, name, summarize(recs), [], records=recs)
+            for name, recs in (("a", _records()), ("b", _reasoning_records(reasoning)))
+        ]
+        return [row["metric"] for row in build_comparison(
+            results, run_id="r", backend="mock", time_scale=1.0)["rows"]]  # fmt: skip
+
+    assert model(0) == list(catalogue.COMPARISON_ROWS)
+    rows = model(2)
+    assert [n for n in rows if n not in catalogue.REASONING_ROWS] == list(catalogue.COMPARISON_ROWS)
+    start = rows.index(catalogue.REASONING_ROWS[0])
+    assert rows[start - 1] == "ttft_p99"
+    assert rows[start : start + len(catalogue.REASONING_ROWS)] == list(catalogue.REASONING_ROWS)

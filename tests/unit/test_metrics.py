@@ -374,8 +374,10 @@ def expected_keys(pkeys: list[str]) -> set[str]:
         "distributions",
         "goodput",
         "goodput_limits_ms",
+        "total_reasoning_tokens",
+        "total_answer_tokens",
     }
-    for m in ("ttft", "tpot", "itl", "e2e_latency"):
+    for m in ("ttft", "tpot", "itl", "e2e_latency", "ttfat"):
         keys |= {f"mean_{m}_ms", f"median_{m}_ms", f"std_{m}_ms"}
         keys |= {f"{p}_{m}_ms" for p in pkeys}
     return keys
@@ -394,7 +396,7 @@ def test_to_dict_key_names_and_values() -> None:
     assert d["peak_concurrency_exact"] == 4
     assert d["max_concurrent_requests_bucketed"] == 3
     assert d["percentiles"] == [50.0, 90.0, 95.0, 99.0]
-    assert set(d["distributions"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}
+    assert set(d["distributions"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms"}
     assert d["distributions"]["tpot_ms"]["count"] == 2
     assert d["distributions"]["e2e_ms"]["p95"] == pytest.approx(2450)
 
@@ -599,3 +601,83 @@ def test_distribution_is_frozen() -> None:
     assert isinstance(d, Distribution)
     with pytest.raises(AttributeError):
         d.mean = 2.0  # type: ignore[misc]
+
+
+# ----------------------------------------------------------------------------- reasoning
+
+
+def reasoning_record(index: int, send: float, reasoning: int, answer: int) -> RequestRecord:
+    """A chat stream whose first ``reasoning`` tokens were thinking: one token per chunk at
+    0.1 s gaps from 0.5 s after send, answer after it; usage said reasoning + answer."""
+    times = [send + 0.5 + 0.1 * k for k in range(reasoning + answer)]
+    r = rec(index, send, times[0], times[-1] + 0.05, [(t, 1) for t in times],
+            completion_tokens=reasoning + answer)  # fmt: skip
+    r.first_answer_time = times[reasoning] if answer else None
+    r.reasoning_tokens = reasoning
+    return r
+
+
+def test_reasoning_counts_in_ttft_and_tpot_and_ttfat_waits_for_the_answer() -> None:
+    # A: 3 thinking + 2 answer tokens, sent at 0: TTFT 500, TTFAT 800, E2E 950,
+    #    TPOT (950 - 500) / 4 = 112.5. B: no thinking, sent at 1: TTFT = TTFAT = 500.
+    s = summarize([reasoning_record(0, 0.0, 3, 2), reasoning_record(1, 1.0, 0, 4)])
+    assert s.ttft_ms.mean == pytest.approx(500)
+    assert s.ttfat_ms.min == pytest.approx(500) and s.ttfat_ms.max == pytest.approx(800)
+    assert s.tpot_ms.min == pytest.approx(112.5)
+    assert s.itl_ms.count == 4 + 3  # every gap, thinking included
+    assert (s.total_output_tokens, s.total_reasoning_tokens, s.total_answer_tokens) == (9, 3, 6)
+    assert s.metric("ttfat_p95") == s.ttfat_ms.percentile(95)
+    assert s.metric("total_reasoning_tokens") == 3.0
+    d = s.to_dict()
+    assert d["mean_ttfat_ms"] == pytest.approx(650)
+    assert (d["total_reasoning_tokens"], d["total_answer_tokens"]) == (3, 6)
+
+
+def test_a_request_that_only_thought_has_ttft_but_no_ttfat() -> None:
+    s = summarize([reasoning_record(0, 0.0, 4, 0)])
+    assert s.completed == 1 and s.ttft_ms.count == 1
+    assert s.ttfat_ms.count == 0 and math.isnan(s.metric("ttfat_mean"))
+    assert s.total_answer_tokens == 0
+
+
+def test_per_request_samples_carry_ttfat() -> None:
+    from pytest_kimi.metrics import per_request_ms
+
+    samples = per_request_ms([reasoning_record(0, 0.0, 3, 2)], time_scale=2.0)
+    assert samples["ttft"] == [pytest.approx(1000)]
+    assert samples["ttfat"] == [pytest.approx(1600)]
+
+
+def test_summary_json_of_an_older_run_reads_without_the_reasoning_keys() -> None:
+    from pytest_kimi.summary import Summary
+
+    new = summarize(base_records(), percentiles=(50, 95)).to_dict()
+    old = {k: v for k, v in new.items() if "ttfat" not in k and "reasoning" not in k}
+    old.pop("total_answer_tokens")
+    old["distributions"] = {k: v for k, v in new["distributions"].items() if k != "ttfat_ms"}
+    back = Summary.from_dict(json.loads(json.dumps(old)))
+    assert back.total_reasoning_tokens == 0
+    assert back.total_answer_tokens == back.total_output_tokens == new["total_output_tokens"]
+    assert back.ttfat_ms.count == 0 and math.isnan(back.metric("ttfat_p95"))
+    assert back.metric("ttft_p95") == new["p95_ttft_ms"]
+
+
+def test_summary_with_reasoning_round_trips_exactly() -> None:
+    from pytest_kimi.summary import Summary
+
+    records = [reasoning_record(0, 0.0, 3, 2), reasoning_record(1, 1.0, 0, 4)]
+    s = summarize(records, goodput_limits_ms={"ttft": 600.0})  # no NaN: equality is exact
+    back = Summary.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back == s
+
+
+def test_records_of_an_older_run_take_the_first_token_as_the_first_answer() -> None:
+    # before reasoning was told apart the client timed only answer text
+    line = rec(0, 0.0, 0.5, 1.0, [(0.5, 1)], completion_tokens=1).to_json()
+    data = json.loads(line)
+    del data["first_answer_time"], data["reasoning_tokens"]
+    back = RequestRecord.from_dict(data)
+    assert back.first_answer_time == 0.5 and back.reasoning_tokens == 0
+    assert RequestRecord.from_dict(json.loads(reasoning_record(0, 0.0, 3, 2).to_json())) == (
+        reasoning_record(0, 0.0, 3, 2)
+    )
