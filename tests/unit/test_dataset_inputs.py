@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow  # noqa: F401  (a dependency: its absence must fail, not skip)
 import pytest
 
 from pytest_kimi.config import ConfigError, load_cluster
@@ -13,8 +14,6 @@ from pytest_kimi.manifest import manifest
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
 from pytest_kimi.options import Options
 from pytest_kimi.testing.speedbench_snapshot import speedbench_row, write_snapshot
-
-pytest.importorskip("pyarrow")
 
 CLUSTER = """\
 name: t

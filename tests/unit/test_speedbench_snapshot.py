@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pyarrow  # noqa: F401  (a dependency: its absence must fail, not skip)
 import pytest
 
 from pytest_kimi.testing.speedbench_snapshot import (
@@ -20,8 +21,6 @@ from pytest_kimi.workload.dataset import (
     read_source,
 )
 from pytest_kimi.workload.speedbench import card_configs
-
-pytest.importorskip("pyarrow")
 
 PLACEHOLDER = PLACEHOLDER_MARKERS[0] + " FROM THE SOURCE USING SPECDEC_BENCH"
 

@@ -8,12 +8,12 @@ import hashlib
 import json
 from pathlib import Path
 
+import pyarrow  # noqa: F401  (a dependency: its absence must fail, not skip)
 import pytest
 
 from pytest_kimi.testing.speedbench_snapshot import speedbench_row, write_snapshot
 from pytest_kimi.workload.dataset import BUNDLED_DATASET, read_rows
 
-pytest.importorskip("pyarrow")
 pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).parent
