@@ -159,6 +159,10 @@ def _router_model_notes(inputs: Inputs, executor: Executor, plan: DeploymentPlan
     ]
 
 
+class WarmupFailed(RuntimeError):
+    """A replica failed its warm-up: the run stops before measuring, with the response."""
+
+
 def warm_replicas(plan: DeploymentPlan) -> None:
     """One short request per replica, straight to rank 0 (not through the router)."""
     import httpx
@@ -167,4 +171,8 @@ def warm_replicas(plan: DeploymentPlan) -> None:
     with httpx.Client(timeout=600.0, trust_env=False) as http:
         for spec in plan.rank0():
             response = http.post(spec.url + "/generate", json=body)
-            response.raise_for_status()
+            if response.status_code != 200:
+                raise WarmupFailed(
+                    f"warm-up of replica {spec.replica} ({spec.url}/generate) answered HTTP "
+                    f"{response.status_code}: {response.text[:300]}"
+                )

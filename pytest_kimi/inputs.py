@@ -97,7 +97,26 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         raise UsageProblem(str(exc)) from None
     if options.endpoint and len(layouts) != 1:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
+    if options.endpoint and not dry_run:
+        check_endpoint(options.endpoint)
     return Inputs(options, cluster, layouts, slos, workload, thresholds, baseline)
+
+
+def check_endpoint(url: str, timeout_s: float = 5.0) -> None:
+    """An endpoint to attach to must answer at all (any HTTP status will do: a router that is
+    not ready yet still answers). One line naming the URL and the error, before anything is
+    measured: 40 requests failing one by one would say the same thing forty times, later."""
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=timeout_s, trust_env=False)
+    except httpx.InvalidURL as exc:
+        raise UsageProblem(f"--kimi-endpoint {url}: not a URL ({exc})") from None
+    except httpx.HTTPError as exc:
+        why = str(exc) or type(exc).__name__
+        raise UsageProblem(
+            f"--kimi-endpoint {url} does not answer: {type(exc).__name__}: {why}"
+        ) from None
 
 
 def dataset_path(options: Options, cluster: ClusterConfig) -> Path:

@@ -83,6 +83,7 @@ def measure(
                 run_requests(endpoint, [], options, warmup=warmup,
                              on_start=started.append, on_done=finished)
             )  # fmt: skip
+        _stop_on_failed_warmup(records)
         counted_from = _snapshot(urls, router_metrics_url)
         records += asyncio.run(
             run_requests(endpoint, measured, options,
@@ -102,6 +103,11 @@ def measure(
             percentiles=inputs.percentiles(layout.name),
             goodput_limits_ms=dict(wl.goodput_ms),
         )
+    except WarmupFailed as exc:
+        folder.write_records(layout.name, started)
+        result.records, result.summary, result.error = started, None, str(exc)
+        journal.discard()
+        raise
     except BaseException as exc:
         _keep_interrupted_run(folder, layout.name, result, started, completed, exc, len(measured))
         journal.discard()  # records.jsonl now holds everything it had
@@ -166,6 +172,21 @@ def _router_counters(url: str | None) -> Counter[tuple[str, str]] | None:
         return counters(response.text)
     except (httpx.HTTPError, ValueError):
         return None
+
+
+class WarmupFailed(RuntimeError):
+    """A warm-up request failed: measuring a deployment that cannot serve would only time
+    errors, so the run stops before its first measured request."""
+
+
+def _stop_on_failed_warmup(records: list[RequestRecord]) -> None:
+    failed = [r for r in records if r.warmup and not r.success]
+    if failed:
+        first = failed[0]
+        raise WarmupFailed(
+            f"warm-up request failed before measuring ({len(failed)} of "
+            f"{sum(r.warmup for r in records)}): {first.error}"
+        )
 
 
 def replica_endpoints(plan: DeploymentPlan | None) -> dict[str, str]:

@@ -118,16 +118,21 @@ def timeline_rows(records: Sequence[RequestRecord]) -> list[tuple[str, list[Requ
     ]  # fmt: skip
 
 
+def _timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """Measured requests with an end: what the timeline and throughput plots draw."""
+    return [r for r in records if not r.warmup and r.end_time is not None]
+
+
 def _timeline_plot(
     records: Mapping[str, Sequence[RequestRecord]], time_scale: float, counters: Counters
 ) -> str:
-    layouts = [name for name, recs in records.items() if recs]
+    layouts = [name for name, recs in records.items() if _timed(recs)]
     height = 2.6 * max(1, len(layouts))
     fig, axes = plt.subplots(
         len(layouts), 1, figsize=(9, height), layout="constrained", squeeze=False
     )
     for ax, name in zip(axes[:, 0], layouts, strict=True):
-        measured = [r for r in records[name] if not r.warmup and r.end_time is not None]
+        measured = _timed(records[name])
         start = min(r.send_time for r in measured)
         y = 0
         ticks = []
@@ -187,7 +192,7 @@ def render_html(
     for key, label, unit in (("ttft", "TTFT", "s"), ("tpot", "TPOT", "ms"), ("e2e", "E2E", "s")):
         svg = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
         plots.append({"id": f"cdf-{key}", "svg": svg, "caption": f"{label} CDF per layout"})
-    if any(records.values()):
+    if any(_timed(recs) for recs in records.values()):  # a run stopped at warm-up has none
         caption = ("every request: send, first token, end; one row per replica where the "
                    "response named it, otherwise one row for all replicas")  # fmt: skip
         totals = [f"{name}: {_counter_totals(c)}" for name, c in (counters or {}).items()

@@ -104,6 +104,11 @@ def test_failed_slo_fails_its_test_and_still_reports(project: pytest.Pytester, l
     result.stdout.fnmatch_lines(["*SLO tpot_mean <= 1.0 ms VIOLATED: measured*"])
     [run] = list((project.path / "out").iterdir())
     assert "FAIL" in (run / "comparison.md").read_text()
+    # the failure is one readable line naming where to look, not an assertion's repr dump
+    lines = [x for x in result.stdout.lines if x.startswith("deep: SLO tpot_mean <= 1.0 ms VIOL")]
+    failure = [x for x in lines if "; see " in x]  # the rest is the terminal summary's verdict
+    assert failure and failure[0].endswith(f"{run.name}/deep"), lines
+    assert "Verdict(" not in result.stdout.str() and "where False" not in result.stdout.str()
     assert leftovers(project.path) == []
 
 
@@ -177,6 +182,39 @@ def test_attach_to_running_endpoint_runs_without_bring_up(project: pytest.Pytest
     manifest = json.loads((run / "wide" / "manifest.json").read_text())
     assert manifest["endpoint"] == mock_server and "processes" not in manifest
     assert json.loads((run / "comparison.json").read_text())["backend"] == "attached"
+
+
+def test_a_dead_endpoint_is_one_line_and_a_usage_error(project: pytest.Pytester):
+    from pytest_kimi.deploy.plan import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", f"--kimi-endpoint={dead}",
+        "--kimi-report-dir=out", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [x for x in result.stderr.lines if dead in x]
+    assert "does not answer: ConnectError" in line
+    assert not (project.path / "out").exists()  # nothing was "measured"
+
+
+def test_a_failing_warm_up_stops_the_run_before_measuring(
+    project: pytest.Pytester, mock_server
+):
+    import httpx
+
+    httpx.post(f"{mock_server}/kimi/faults", json={"error_rate": 1.0}, trust_env=False)
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", f"--kimi-endpoint={mock_server}",
+        "--kimi-report-dir=out", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*warm-up request failed before measuring (1 of 1): HTTP 500*"])
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert summary["complete"] is False and "warm-up request failed" in summary["error"]
+    records = (run / "wide" / "records.jsonl").read_text().splitlines()
+    assert [json.loads(x)["warmup"] for x in records] == [True]  # no measured request was sent
 
 
 def test_ini_keys_set_defaults(project: pytest.Pytester):

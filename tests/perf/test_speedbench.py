@@ -9,30 +9,47 @@ test below is one verdict on that run: ``test_slo`` becomes one test item per la
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_kimi.slo import evaluate
+
+# Failures are one readable line (what was measured, the limit, where to look), never a repr.
+
+
+def _measured(result):
+    """The layout's summary, or a one-line failure saying why there is none."""
+    if result.summary is None:
+        first = (result.error or "no summary").splitlines()[0]
+        pytest.fail(f"{result.name} was not measured: {first}; see {result.result_dir}",
+                    pytrace=False)  # fmt: skip
+    return result.summary
 
 
 def test_every_request_succeeded(speedbench):
-    summary = speedbench.summary
-    assert summary.failed == 0, (
-        f"{summary.failed} of {summary.total} requests failed on {speedbench.name}; "
-        f"see {speedbench.result_dir}/records.jsonl"
-    )
-    assert summary.completed == summary.total > 0
+    summary = _measured(speedbench)
+    if summary.failed or summary.completed == 0:
+        pytest.fail(
+            f"{summary.failed} of {summary.total} requests failed on {speedbench.name}; "
+            f"see {speedbench.result_dir}/records.jsonl",
+            pytrace=False,
+        )
 
 
 def test_slo(speedbench, kimi_slos, kimi_slo_name):
-    verdict = evaluate(kimi_slos[kimi_slo_name], speedbench.summary)
-    assert verdict.passed, verdict.message()
+    verdict = evaluate(kimi_slos[kimi_slo_name], _measured(speedbench))
+    if not verdict.passed:
+        pytest.fail(f"{speedbench.name}: {verdict.message()}; see {speedbench.result_dir}",
+                    pytrace=False)  # fmt: skip
 
 
 def test_no_regression(speedbench, kimi_regression, kimi_regression_metric):
     """With --kimi-baseline: each gated metric must not be worse than the baseline by more than
     its threshold and beyond its bootstrap interval (--kimi-fail sets thresholds)."""
     judgement = kimi_regression(kimi_regression_metric)
-    assert not judgement.regressed, judgement.message()
+    if judgement.regressed:
+        pytest.fail(f"{judgement.message()}; see {speedbench.result_dir}", pytrace=False)
 
 
 def test_workload(kimi_benchmark):
     """The workload's one run, recorded by pytest-benchmark (``--benchmark-autosave``)."""
-    assert kimi_benchmark.summary is not None, kimi_benchmark.error
+    _measured(kimi_benchmark)
