@@ -15,6 +15,10 @@ import io
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import ClusterConfig, Node
 
 GPU_FIELDS = (
     "index",
@@ -142,3 +146,21 @@ def parse_apps(text: str) -> list[GpuProcess]:
             )
         )
     return out
+
+
+MOCK_SMI_MODULE = "pytest_kimi.mock.nvidia_smi"
+
+
+def smi_command(cluster: ClusterConfig, node: Node, scope: str) -> list[str]:
+    """The ``nvidia-smi`` to run on ``node``: the real one on a real cluster, the mock's
+    stand-in (driven by the mock servers' own load) when the servers are the mock.
+
+    ``scope`` is ``<run folder name>/<layout>``, the same tag the SSH executor uses for its
+    remote folder; the stand-in keeps its GPU state under it where runs must not see each
+    other (several local layouts at once under xdist share the "nodes" of one machine)."""
+    from pytest_kimi.deploy.plan import MOCK_MODULE
+
+    server = cluster.server
+    if server.module != MOCK_MODULE:
+        return ["nvidia-smi"]
+    return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, "--scope", scope]
