@@ -20,6 +20,7 @@ from pytest_kimi.config.cluster import (
     Layout,
     MockConfig,
     Node,
+    PreflightConfig,
     RouterConfig,
     ServerConfig,
     SSHConfig,
@@ -68,6 +69,8 @@ def _cluster(src: Located, raw: models.ClusterFile) -> ClusterConfig:
         work_dir=raw.work_dir,
         regression=dict(raw.regression),
         regression_thresholds=checks.regression_thresholds(src, raw.regression),
+        preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
+        nvidia_smi=tuple(raw.nvidia_smi),
     )
 
 

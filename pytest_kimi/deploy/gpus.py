@@ -178,7 +178,7 @@ def smi_command(
 
     server = cluster.server
     if server.module != MOCK_MODULE:
-        return list(smi) or ["nvidia-smi"]
+        return list(cluster.nvidia_smi) or ["nvidia-smi"]
     state = mock_gpu_dir(cluster, node, scope)
     where = ["--state-dir", state] if state else ["--scope", scope]
     return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, *where]
