@@ -177,7 +177,8 @@ def check_node(executor: Executor, node: Node, smi: Sequence[str], busy_mib: flo
     try:
         code, text = executor.run(node, probe_command(smi), 60)
     except Exception as exc:  # NodeError: unreachable, timed out
-        report.error = f"could not be asked: {exc}"
+        why = str(exc).removeprefix(f"{report.where}: ")  # NodeError names the node already
+        report.error = f"could not be asked: {why}"
     else:
         read_probe(report, code, text)
     report.problems = judge(report, busy_mib)

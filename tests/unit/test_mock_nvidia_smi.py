@@ -81,6 +81,11 @@ def test_the_count_file_overrides_what_servers_say(tmp_path):
     assert len(_smi(tmp_path, "-L").splitlines()) == 4
 
 
+def test_without_servers_the_node_lists_its_default_count(tmp_path):
+    assert len(_smi(tmp_path, "-L").splitlines()) == gpustate.DEFAULT_GPUS
+    assert len(_smi(tmp_path, "--default-gpus", "4", "-L").splitlines()) == 4
+
+
 def test_q_names_driver_and_cuda(tmp_path):
     text = _smi(tmp_path, "-q", "-d", "COMPUTE")
     assert f"CUDA Version                              : {gpustate.CUDA_VERSION}" in text
@@ -119,7 +124,8 @@ def test_state_dirs_are_per_run_locally_and_per_node_over_ssh():
     assert mock_gpu_dir(ssh, node, "run1/tp32") == "/scratch/k/mock-gpus/node601"
     argv = smi_command(ssh, node, "run1/tp32")
     assert argv[1:] == ["-m", "pytest_kimi.mock.nvidia_smi", "--node", "node601",
-                        "--state-dir", "/scratch/k/mock-gpus/node601"]  # fmt: skip
+                        "--state-dir", "/scratch/k/mock-gpus/node601",
+                        "--default-gpus", "8"]  # fmt: skip
 
 
 def test_busy_window_is_the_schedulers_busy_share_of_the_window():

@@ -107,6 +107,7 @@ def test_a_node_that_cannot_answer_is_a_problem_naming_it(answer, expected):
     [report] = preflight.check_nodes(cluster, [node], FakeExecutor({node.name: answer}), "s")
     [problem] = report.problems
     assert problem.startswith(f"node {node.name} ({node.host}): ") and expected in problem
+    assert problem.count(f"node {node.name}") == 1
     if "not found" in str(answer):
         assert "nvidia-smi: not found" in problem  # the node's own words
 
@@ -149,3 +150,24 @@ def test_the_cluster_file_sets_threshold_and_command(tmp_path):
     assert smi_command(real, real.nodes[0], "s") == ["/usr/local/nvidia/bin/nvidia-smi"]
     default = dataclasses.replace(real, nvidia_smi=())
     assert smi_command(default, real.nodes[0], "s") == ["nvidia-smi"]
+
+
+def test_bring_up_checks_server_nodes_and_records_them_for_the_manifest():
+    from types import SimpleNamespace
+
+    from pytest_kimi.bringup import gpu_preflight
+    from pytest_kimi.deploy.plan import plan_deployment
+
+    cluster = _cluster()
+    plan = plan_deployment(cluster, cluster.layouts["tp32"], ports=iter(range(40000, 40100)))
+    executor = FakeExecutor({n.name: _answer(_gpus(8)) for n in cluster.nodes})
+    said: list[str] = []
+    records = gpu_preflight(SimpleNamespace(cluster=cluster), executor, plan, "r/tp32", said.append)
+    assert sorted(r["node"] for r in records) == sorted(n.name for n in cluster.nodes)
+    assert records[0]["gpu_preflight"]["cuda"] == "12.8"
+    assert said == ["[kimi tp32] GPU pre-flight: 8 node(s), 64 GPU(s) idle"]
+    executor.answers["node602"] = _answer(_gpus(7))
+    with pytest.raises(PreflightError, match=r"node node602 .*lists 7 GPUs"):
+        gpu_preflight(SimpleNamespace(cluster=cluster), executor, plan, "r/tp32", said.append)
+    off = _cluster(enabled=False)
+    assert gpu_preflight(SimpleNamespace(cluster=off), executor, plan, "r/tp32", said.append) == []
