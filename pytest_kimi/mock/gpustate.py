@@ -59,7 +59,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def _zombie(pid: int) -> bool:
+    """A zombie is dead (its parent has not reaped it yet). Read only from a /proc that shows
+    our own pid namespace (in a container /proc may be the host's)."""
     try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return False
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False

@@ -160,3 +160,14 @@ def test_the_stand_in_imports_no_heavy_module():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_zombie_holder_is_dead(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+        gpustate.write_state(tmp_path, gpustate.Holder(child.pid, "python3", (0,), 1000.0))
+        assert gpustate.pid_alive(child.pid) is False
+        assert gpustate.read_holders(tmp_path) == []
+    finally:
+        child.wait()
