@@ -2,7 +2,7 @@
 
 - ``run -d --name N [flags] IMAGE [cmd...]`` starts the container: an init in a new PID and
   mount namespace (``unshare --pid --fork --mount-proc``: pids inside differ from outside, its
-  own /proc) with a daemon that listens on ``<state>/N.sock``. Flags are accepted and ignored.
+  own /proc) with a daemon that listens on ``<state>/<hash of N>.sock``. Flags are ignored.
 - ``exec [-e NAME[=V]]... [-i] [-t] N argv...`` asks the daemon to spawn argv inside; output and
   exit code are relayed. As with docker, the process is the daemon's child, not the client's:
   it is in neither the client's process group nor its session, and signals to the client are
@@ -18,6 +18,7 @@ State lives in ``--state DIR`` (first argument) so each test has its own contain
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -27,6 +28,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+
+def _sock(state: Path, name: str) -> Path:
+    """A unix socket path must fit 108 bytes: a hash of the name, not the name."""
+    return state / (hashlib.sha1(name.encode()).hexdigest()[:12] + ".sock")
 
 
 def _no_such(name: str) -> int:
@@ -55,7 +61,7 @@ def _init(state: Path, name: str) -> None:
 
 
 def _daemon(state: Path, name: str) -> None:
-    sock_path = state / f"{name}.sock"
+    sock_path = _sock(state, name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         sock_path.unlink()
@@ -92,7 +98,7 @@ def _ask(state: Path, name: str, request: dict) -> dict | None:
         return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         try:
-            sock.connect(str(state / f"{name}.sock"))
+            sock.connect(str(_sock(state, name)))
         except OSError:
             return None
         sock.sendall(json.dumps(request).encode() + b"\n")
@@ -113,7 +119,7 @@ def _run(state: Path, args: list[str]) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         kids = children.read_text().split() if children.exists() else []
-        if kids and (state / f"{name}.sock").exists():
+        if kids and (_sock(state, name)).exists():
             record = {"init_pid": int(kids[0]), "unshare_pid": outer.pid, "args": args}
             (state / f"{name}.json").write_text(json.dumps(record))
             print(f"{name}-id")
@@ -151,8 +157,8 @@ def _rm(state: Path, args: list[str]) -> int:
     deadline = time.monotonic() + 10
     while _info(state, name) is not None and time.monotonic() < deadline:
         time.sleep(0.01)
-    for suffix in (".json", ".sock"):
-        (state / f"{name}{suffix}").unlink(missing_ok=True)
+    (state / f"{name}.json").unlink(missing_ok=True)
+    _sock(state, name).unlink(missing_ok=True)
     print(name)
     return 0
 
