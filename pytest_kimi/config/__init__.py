@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pytest_kimi.config.cluster import (
     ClusterConfig,
+    ContainerConfig,
     Layout,
     MockConfig,
     Node,
@@ -26,6 +27,7 @@ from pytest_kimi.yamlfile import ConfigError
 __all__ = [
     "ClusterConfig",
     "ConfigError",
+    "ContainerConfig",
     "Layout",
     "MockConfig",
     "Node",

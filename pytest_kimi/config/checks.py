@@ -47,6 +47,50 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
     _check_distinct_ports(src, raw, ports)
 
 
+RUNTIMES = ("docker", "podman", "apptainer", "singularity")
+
+
+def check_processes(src: Located, raw: ClusterFile) -> None:
+    """``env_from_local``, ``wrapper`` and ``container`` of the server and the router."""
+    for field, proc in (("server", raw.server), ("router", raw.router)):
+        envs = [(f"{field}.env", proc.env)]
+        if field == "server":
+            envs += [(f"nodes[{i}].env", node.env) for i, node in enumerate(raw.nodes)]
+        for i, name in enumerate(proc.env_from_local):
+            for where, env in envs:
+                if name in env:
+                    raise src.error(
+                        f"{field}.env_from_local[{i}]",
+                        f"{name} is also set in {where}: give it in one place only",
+                    )
+        wrapper = proc.wrapper
+        runtime = len(wrapper) >= 2 and wrapper[0].rsplit("/", 1)[-1] in RUNTIMES
+        if runtime and wrapper[1] in ("exec", "run", "instance"):
+            raise src.error(
+                f"{field}.wrapper",
+                f"a container runtime as a wrapper ({' '.join(wrapper[:2])} ...) leaves the "
+                "server running at teardown and its environment outside the container; use "
+                f"{field}.container (docs/containers.md)",
+            )
+        if proc.container is not None:
+            _check_container(src, raw, f"{field}.container", proc.container)
+
+
+def _check_container(src: Located, raw: ClusterFile, field: str, box: Any) -> None:
+    if raw.executor != "ssh":
+        raise src.error(field, "containers need executor: ssh (the local executor runs no runtime)")
+    if box.mode == "exec":
+        if box.name is None:
+            raise src.error(field, "mode exec needs 'name': the running container to exec into")
+        given = sorted({"image", "mounts", "gpus", "args"} & box.model_fields_set)
+        if given:
+            raise src.error(
+                f"{field}.{given[0]}", "only for mode run (the container exists already)"
+            )
+    elif box.image is None:
+        raise src.error(field, "mode run needs 'image'")
+
+
 def _replica_gpus(src: Located, raw: ClusterFile) -> int:
     """GPUs of one replica; the deployment must fit the nodes, which must be alike."""
     dep = raw.deployment

@@ -58,6 +58,24 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class ContainerConfig:
+    """Where a process runs inside a container (docs/containers.md)."""
+
+    runtime: str  # docker | podman | apptainer | singularity
+    mode: str  # exec: into a running container; run: start one from ``image``
+    name: str | None  # exec: the running container; run: None = kimi-<run>-<proc>
+    image: str | None = None  # run mode
+    mounts: tuple[str, ...] = ()  # run mode: SRC:DST[:ro]
+    gpus: str | tuple[int, ...] = "all"  # run mode: all | none | GPU indexes
+    args: tuple[str, ...] = ()  # run mode: extra runtime flags
+    executable: str | None = None  # the runtime's CLI on the nodes; None = the runtime's name
+
+    @property
+    def cli(self) -> str:
+        return self.executable or self.runtime
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """How to start one SGLang server process on a node."""
 
@@ -69,6 +87,10 @@ class ServerConfig:
     dist_init_port: int | None
     args: Mapping[str, str | int | float | bool]
     env: Mapping[str, str]
+    env_from_local: tuple[str, ...] = ()  # names copied from the pytest machine's environment
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
+    setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
+    container: ContainerConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,10 @@ class RouterConfig:
     env: Mapping[str, str]
     wrapper: tuple[str, ...] = ()
     model_mount: str | None = None  # the model dir the router reads its tokenizer from
+    env_from_local: tuple[str, ...] = ()  # names copied from the pytest machine's environment
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
+    setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
+    container: ContainerConfig | None = None
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,48 @@ def _argv(value: Any) -> Any:
 Argv = Annotated[list[Text], BeforeValidator(_argv)]
 
 
+def _shell_lines(value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError("expected a list of shell lines, e.g. ['source /opt/venv/bin/activate']")
+    return value
+
+
+ShellLines = Annotated[list[Text], BeforeValidator(_shell_lines)]
+
+
+def _env_names(value: Any) -> Any:
+    if not isinstance(value, list):
+        raise ValueError("expected a list of environment variable NAMES, e.g. [HF_TOKEN]")
+    for item in value:
+        if not isinstance(item, str) or not ENV_NAME.fullmatch(item):
+            raise ValueError(f"{item!r} is not an environment variable name (a NAME, not a value)")
+    if len(set(value)) != len(value):
+        raise ValueError("a name is listed twice")
+    return value
+
+
+EnvNames = Annotated[list[str], BeforeValidator(_env_names)]
+MOUNT = re.compile(r"^[^:\s]+:[^:\s]+(:ro|:rw)?$")
+Mount = matching(MOUNT, lambda v: f"{v!r} is not SRC:DST or SRC:DST:ro")
+
+
+def _gpu_selection(value: Any) -> Any:
+    if isinstance(value, str) and value in ("all", "none"):
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    ):
+        return value
+    raise ValueError(f"expected 'all', 'none' or a list of GPU indexes, got {value!r}")
+
+
+GpuSelection = Annotated[
+    Literal["all", "none"] | list[Annotated[int, Field(ge=0)]], BeforeValidator(_gpu_selection)
+]
+
+
 def _request_rate(value: Any) -> Any:
     if value == "inf" and isinstance(value, str):
         return value

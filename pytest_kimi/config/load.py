@@ -9,7 +9,9 @@ the router's node, per-node SSH settings).
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +19,7 @@ from pydantic import ValidationError
 from pytest_kimi.config import checks, models
 from pytest_kimi.config.cluster import (
     ClusterConfig,
+    ContainerConfig,
     Layout,
     MockConfig,
     Node,
@@ -30,8 +33,11 @@ from pytest_kimi.config.errors import config_error
 from pytest_kimi.yamlfile import Located, read_yaml
 
 
-def load_cluster(path: Path | str) -> ClusterConfig:
-    """Read and validate a cluster file; any problem is a :class:`ConfigError`."""
+def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> ClusterConfig:
+    """Read and validate a cluster file; any problem is a :class:`ConfigError`.
+
+    ``environ`` (default: this process's environment) supplies the values of the variables
+    named in ``env_from_local``; a missing one is an error naming it and the field."""
     path = Path(path)
     src = read_yaml(path)
     try:
@@ -39,10 +45,11 @@ def load_cluster(path: Path | str) -> ClusterConfig:
     except ValidationError as exc:
         raise config_error(src, exc, models.ClusterFile) from None
     checks.check_cluster(src, raw)
-    return _cluster(src, raw)
+    checks.check_processes(src, raw)
+    return _cluster(src, raw, os.environ if environ is None else environ)
 
 
-def _cluster(src: Located, raw: models.ClusterFile) -> ClusterConfig:
+def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) -> ClusterConfig:
     """The records, with the values other modules parse checked and parsed here, once."""
     nodes = tuple(_node(n, raw.ssh) for n in raw.nodes)
     layouts = {name: _layout(src, name, layout) for name, layout in raw.layouts.items()}
@@ -59,8 +66,8 @@ def _cluster(src: Located, raw: models.ClusterFile) -> ClusterConfig:
         replicas=raw.deployment.replicas,
         nodes_per_replica=raw.deployment.nodes_per_replica,
         layouts=layouts,
-        server=_server(raw.server),
-        router=_router(raw.router, nodes),
+        server=_server(raw.server, _secret_env(src, "server", raw.server, environ)),
+        router=_router(raw.router, nodes, _secret_env(src, "router", raw.router, environ)),
         workload=_workload(src, raw.workload),
         slo=dict(raw.slo),
         mock=mock,
@@ -95,7 +102,39 @@ def _port(value: int | str) -> int | None:
     return None if value == "auto" else int(value)
 
 
-def _server(server: models.Server) -> ServerConfig:
+def _secret_env(
+    src: Located, field: str, raw: models.Server | models.Router, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The values of ``env_from_local``, read here once: they go nowhere but the nodes."""
+    out = {}
+    for i, name in enumerate(raw.env_from_local):
+        if name not in environ:
+            raise src.error(
+                f"{field}.env_from_local[{i}]",
+                f"{name} is not set in the environment of the machine running pytest "
+                "(export it there, or remove it from the list)",
+            )
+        out[name] = environ[name]
+    return out
+
+
+def _container(raw: models.Container | None) -> ContainerConfig | None:
+    if raw is None:
+        return None
+    gpus = raw.gpus if isinstance(raw.gpus, str) else tuple(raw.gpus)
+    return ContainerConfig(
+        runtime=raw.runtime,
+        mode=raw.mode,
+        name=raw.name,
+        image=raw.image,
+        mounts=tuple(raw.mounts),
+        gpus=gpus,
+        args=tuple(raw.args),
+        executable=raw.executable,
+    )
+
+
+def _server(server: models.Server, secret_env: dict[str, str]) -> ServerConfig:
     return ServerConfig(
         python=_python(server.python),
         module=server.module,
@@ -105,10 +144,16 @@ def _server(server: models.Server) -> ServerConfig:
         dist_init_port=_port(server.dist_init_port),
         args=dict(server.args),
         env=dict(server.env),
+        env_from_local=tuple(server.env_from_local),
+        secret_env=secret_env,
+        setup=tuple(server.setup),
+        container=_container(server.container),
     )
 
 
-def _router(router: models.Router, nodes: tuple[Node, ...]) -> RouterConfig:
+def _router(
+    router: models.Router, nodes: tuple[Node, ...], secret_env: dict[str, str]
+) -> RouterConfig:
     return RouterConfig(
         python=_python(router.python),
         module=router.module,
@@ -120,6 +165,10 @@ def _router(router: models.Router, nodes: tuple[Node, ...]) -> RouterConfig:
         env=dict(router.env),
         wrapper=tuple(router.wrapper),
         model_mount=router.model_mount,
+        env_from_local=tuple(router.env_from_local),
+        secret_env=secret_env,
+        setup=tuple(router.setup),
+        container=_container(router.container),
     )
 
 

@@ -18,9 +18,12 @@ from pytest_kimi.config.fields import (
     Argv,
     Count,
     Env,
+    EnvNames,
     Flags,
+    GpuSelection,
     LayoutMap,
     LayoutName,
+    Mount,
     NodeList,
     NodeName,
     NonNegative,
@@ -29,6 +32,7 @@ from pytest_kimi.config.fields import (
     RequestRate,
     Seconds,
     SecretName,
+    ShellLines,
     Text,
     TextValue,
     one_of,
@@ -37,15 +41,52 @@ from pytest_kimi.config.fields import (
 PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
 
 PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
-WRAPPER = "argv put before python, e.g. a container: [docker, exec, sglang]."
-ARGS = "Command-line flags without leading dashes: flag-name: value (true = a bare flag)."
-SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
+WRAPPER = "argv put before python (not a container runtime: use 'container')."
+SETUP = (
+    "Shell lines run on the node before the command, in the same shell (conda activate, "
+    "module load, source a venv); the first that fails stops the start."
+)
+ENV_FROM_LOCAL = (
+    "NAMES of variables copied from the environment of the machine running pytest "
+    "(secrets such as HF_TOKEN: never written in this file or anything we write)."
+)
 
 
 class _Model(BaseModel):
     """Strict: no coercion ("8" is not 8), unknown keys rejected, values frozen."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Container(_Model):
+    """Run the process inside a container: exec into a running one, or run one from an image.
+
+    The process is started, watched and stopped inside the container (docs/containers.md)."""
+
+    runtime: one_of("docker", "podman", "apptainer", "singularity") = Field(
+        description="Container runtime on the nodes."
+    )
+    mode: one_of("exec", "run") = Field(
+        "exec", description="exec: into a running container; run: start one from 'image'."
+    )
+    name: NodeName | None = Field(
+        None, description="exec: the running container (required); run: default kimi-<proc>."
+    )
+    image: Text | None = Field(None, description="run mode: the image (required there).")
+    mounts: list[Mount] = Field(
+        default_factory=list, description="run mode: SRC:DST[:ro] bind mounts."
+    )
+    gpus: GpuSelection = Field(
+        "all", description="run mode: 'all', 'none' or a list of GPU indexes."
+    )
+    args: Argv = Field(default_factory=list, description="run mode: extra runtime flags.")
+    executable: Text | None = Field(
+        None, description="The runtime's CLI on the nodes; default: the runtime's name."
+    )
+
+
+ARGS = "Command-line flags without leading dashes: flag-name: value (true = a bare flag)."
+SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
 
 
 class SSH(_Model):
@@ -108,6 +149,9 @@ class Server(_Model):
     dist_init_port: Port = Field("auto", description="torch.distributed init port, or 'auto'.")
     args: Flags = Field(default_factory=dict, description=ARGS)
     env: Env = Field(default_factory=dict, description="Extra environment of every server.")
+    env_from_local: EnvNames = Field(default_factory=list, description=ENV_FROM_LOCAL)
+    setup: ShellLines = Field(default_factory=list, description=SETUP)
+    container: Container | None = Field(None, description=Container.__doc__)
 
 
 class Router(_Model):
@@ -125,6 +169,9 @@ class Router(_Model):
     model_mount: Text | None = Field(
         None, description="The model dir the router reads its tokenizer from."
     )
+    env_from_local: EnvNames = Field(default_factory=list, description=ENV_FROM_LOCAL)
+    setup: ShellLines = Field(default_factory=list, description=SETUP)
+    container: Container | None = Field(None, description=Container.__doc__)
 
 
 class Goodput(_Model):

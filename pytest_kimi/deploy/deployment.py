@@ -173,8 +173,21 @@ class Deployment:
             for handle in order:
                 self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
+            self.leftovers += self._cleanup(order)
             self.executor.close()
         return self.leftovers
+
+    def _cleanup(self, handles: list[Handle]) -> list[str]:
+        """What the executor made besides processes (containers it started, environment files
+        not yet read) goes last, once the logs are fetched; what it could not remove is a
+        leftover. An executor without ``cleanup`` made nothing else."""
+        cleanup = getattr(self.executor, "cleanup", None)
+        if cleanup is None:
+            return []
+        try:
+            return list(cleanup(handles))
+        except Exception as exc:
+            return [f"cleanup failed: unverifiable ({exc})"]
 
     def _hold(self, signum: int) -> None:
         self.held_signal = signum

@@ -45,6 +45,7 @@ class Executor(Protocol):
     def fetch_log(self, handle: Handle, dest: Path) -> None: ...
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
     def port_in_use(self, node: Node, port: int) -> bool: ...
+    def cleanup(self, handles: list[Handle]) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -90,8 +91,17 @@ class LocalExecutor:
         return done.returncode, done.stdout + done.stderr
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
-        env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
-        popen = start_group(spec.argv, log_path, env=env, append=True)
+        """The environment goes through ``subprocess`` (never a command line); setup lines
+        run in a ``sh`` that then execs argv, so what they set reaches it."""
+        from pytest_kimi.deploy.remote import setup_lines
+
+        env = {**os.environ, **spec.launch_env, "PYTHONUNBUFFERED": "1"}
+        argv: tuple[str, ...] = spec.argv
+        if spec.setup:
+            where = "router.setup" if spec.role == "router" else "server.setup"
+            script = setup_lines(spec.setup, where) + '\nexec "$@"'
+            argv = ("sh", "-c", script, "sh", *spec.argv)
+        popen = start_group(argv, log_path, env=env, append=True)
         self._started[spec.name] = popen
         return Handle(spec, popen.pid, log_path, popen)
 
@@ -129,6 +139,10 @@ class LocalExecutor:
         if dest.resolve() != handle.log_path.resolve() and handle.log_path.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(handle.log_path.read_bytes())
+
+    def cleanup(self, handles: list[Handle]) -> list[str]:
+        """Nothing but process groups was made here: nothing more to remove."""
+        return []
 
     def close(self) -> None:
         return None

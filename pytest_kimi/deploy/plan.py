@@ -13,8 +13,8 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_kimi.config import ClusterConfig, Layout, Node
-from pytest_kimi.deploy.secrets import redact_env
+from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
+from pytest_kimi.deploy.secrets import REDACTED, redact_env
 
 MOCK_MODULE = "pytest_kimi.mock.launch_server"
 BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
@@ -32,19 +32,40 @@ class ProcessSpec:
     replica: int | None = None
     rank: int | None = None
     port: int = 0
+    # the values of env_from_local: kept apart from ``env`` so that nothing reading ``env``
+    # (manifests, version probes, dry runs) can see them; only executors, at start, do
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    setup: tuple[str, ...] = ()  # shell lines run before argv, in the same shell
+    container: ContainerConfig | None = None
 
     @property
     def url(self) -> str:
         return f"http://{_url_host(self.node.host)}:{self.port}"
 
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """Every variable the process gets: ``env`` and the secret ones. For executors only."""
+        return {**self.env, **self.secret_env}
+
     def command_line(self, redact: bool = True) -> str:
         """The shell-safe command line (environment first), as an engineer would type it.
 
         With ``redact`` (the default: this text goes to terminals and manifests) values of
-        secret-looking variables are replaced by ``***``."""
-        env_items = redact_env(self.env) if redact else self.env
+        secret-looking variables, and every ``env_from_local`` one, are ``***``."""
+        env_items = redact_env(self.env) if redact else dict(self.env)
+        for name, value in self.secret_env.items():
+            env_items[name] = REDACTED if redact else value
         env = [f"{k}={shlex.quote(v)}" for k, v in env_items.items()]
         return " ".join([*env, shlex.join(self.argv)])
+
+    def describe(self) -> list[str]:
+        """The command line, preceded by the setup lines and the container, as comments."""
+        lines = [f"#   setup: {line}" for line in self.setup]
+        box = self.container
+        if box is not None:
+            where = box.name if box.mode == "exec" else box.image
+            lines.append(f"#   in a {box.runtime} container ({box.mode} {where})")
+        return [*lines, self.command_line()]
 
 
 @dataclass(frozen=True)
@@ -83,7 +104,7 @@ class DeploymentPlan:
         lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
         for proc in self.processes:
             lines.append(f"# {proc.name} on {proc.node.name} ({proc.node.host})")
-            lines.append(proc.command_line())
+            lines.extend(proc.describe())
         return "\n".join(lines)
 
 
@@ -184,6 +205,9 @@ def plan_deployment(
                     replica=replica,
                     rank=rank,
                     port=http_port,
+                    secret_env=dict(srv.secret_env),
+                    setup=srv.setup,
+                    container=srv.container,
                 )
             )
     rtr = cluster.router
@@ -208,5 +232,8 @@ def plan_deployment(
         env=dict(rtr.env),
         role="router",
         port=router_port,
+        secret_env=dict(rtr.secret_env),
+        setup=rtr.setup,
+        container=rtr.container,
     )
     return DeploymentPlan(cluster, layout, tuple(servers), router)

@@ -2,10 +2,16 @@
 
 Pure string building, so every command can be read (and tested) without a node. Every value
 that reaches a shell is quoted with :func:`shlex.quote` or is an ``int``. A process starts as
-``setsid nohup sh -c '<cmd> >LOG 2>&1; echo $? >EXIT' & echo $! >PID; cat PID``: the pid is its
-process-group id, and the node writes it down itself, so teardown can find a process whose
-start was interrupted before we read it (``adopt``). ``ps -o stat= -g PGID`` with zombies
-excluded says whether a group is alive.
+``setsid nohup sh -c '<script>' & echo $! >PID; cat PID`` (:func:`process_script`: output to
+LOG, exit code to EXIT): the pid is its process-group id, and the node writes it down itself,
+so teardown can find a process whose start was interrupted before we read it (``adopt``).
+``ps -o stat= -g PGID`` with zombies excluded says whether a group is alive.
+
+No environment value is ever on a command line (every user of a node can read those in
+``ps``): the executor writes the process's environment to a 0600 file, and the script sources
+it and removes it before it runs anything (``set -a; . FILE; set +a; rm -f FILE``). The setup
+lines (``server.setup``) are shell written by the user: they run as they are, in the same
+shell, but inside the single-quoted script, so they cannot reach the outer command line.
 """
 
 from __future__ import annotations
@@ -25,27 +31,63 @@ class RemoteFiles:
     log: str
     exit: str
     pid: str
+    env: str = ""  # the environment file, removed by the process's shell once read
 
     @classmethod
     def of(cls, remote_dir: str, spec: ProcessSpec) -> RemoteFiles:
         base = f"{remote_dir}/{spec.name}"
-        return cls(base + ".log", base + ".exit", base + ".pid")
+        return cls(base + ".log", base + ".exit", base + ".pid", base + ".env")
 
 
 def mkdir(path: str) -> str:
-    return f"mkdir -p {shlex.quote(path)}"
+    """The run's folder, readable by its owner only (logs may quote the environment)."""
+    q = shlex.quote(path)
+    return f"mkdir -p {q} && chmod 700 {q}"
 
 
-def start(spec: ProcessSpec, files: RemoteFiles) -> str:
+def source_env(env_file: str) -> str:
+    """Export every variable of ``env_file`` into this shell, then remove the file."""
+    q = shlex.quote(env_file)
+    return f"set -a; . {q}; set +a; rm -f {q}"
+
+
+def setup_lines(lines: tuple[str, ...] | list[str], where: str = "setup") -> str:
+    """The user's setup lines, each run as written in this shell; the first that fails stops
+    the script with its exit code and a line saying which one (the log shows its output).
+    Each sits in ``{ ...\n}`` so a trailing ``# comment`` cannot swallow what follows."""
+    out = []
+    for i, line in enumerate(lines, 1):
+        failed = shlex.quote(f"pytest-kimi: {where} line {i} failed with exit ")
+        out.append(
+            f"{{ {line}\n}} || {{ c=$?; printf '%s\\n' {failed}\"$c:\" {shlex.quote(line)} >&2;"
+            " exit $c; }"
+        )
+    return "\n".join(out)
+
+
+def process_script(spec: ProcessSpec, files: RemoteFiles, env_file: str | None) -> str:
+    """What the detached shell runs: output to LOG, the exit code to EXIT whatever way the
+    shell ends (an EXIT trap: a failing setup line too; not a kill), the environment from
+    ``env_file``, the setup lines, then argv."""
+    parts = [
+        f"exec >{shlex.quote(files.log)} 2>&1 </dev/null",
+        f"trap {shlex.quote('echo $? >' + shlex.quote(files.exit))} EXIT",
+    ]
+    if env_file:
+        parts.append(source_env(env_file))
+    if spec.setup:
+        where = "router.setup" if spec.role == "router" else "server.setup"
+        parts.append(setup_lines(spec.setup, where))
+    parts.append(shlex.join(spec.argv))
+    return "\n".join(parts)
+
+
+def start(spec: ProcessSpec, files: RemoteFiles, env_file: str | None = None) -> str:
     """Start ``spec`` detached in its own session; prints (and records) its group id."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-    inner = (
-        f"{env + ' ' if env else ''}{shlex.join(spec.argv)} "
-        f">{shlex.quote(files.log)} 2>&1 </dev/null; echo $? >{shlex.quote(files.exit)}"
-    )
+    script = process_script(spec, files, env_file)
     pid_file = shlex.quote(files.pid)
     return (
-        f"setsid nohup sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null & "
+        f"setsid nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null & "
         f"echo $! >{pid_file}; cat {pid_file}"
     )
 
@@ -96,9 +138,19 @@ def any_alive(out: str) -> bool:
 
 
 def signal_group(pgid: int, name: str) -> str:
+    """``kill -s NAME -- -PGID``: the POSIX spelling; dash (``sh`` on Debian) reads
+    ``kill -TERM -- -PGID`` as an illegal number and signals nothing."""
     if name not in SIGNALS:
         raise ValueError(f"signal {name!r}")
-    return f"kill -{name} -- -{int(pgid)} 2>/dev/null; true"
+    return f"kill -s {name} -- -{int(pgid)} 2>/dev/null; true"
+
+
+def remove_files(paths: list[str]) -> str:
+    return "rm -f -- " + " ".join(shlex.quote(p) for p in paths)
+
+
+def cat(path: str) -> str:
+    return f"cat {shlex.quote(path)}"
 
 
 def port_listening(port: int) -> str:

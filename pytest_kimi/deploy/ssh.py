@@ -4,8 +4,12 @@ Each process starts detached in its own session, the way DESIGN.md's trials show
 ``setsid nohup sh -c '<cmd> >LOG 2>&1; echo $? >EXIT' & echo $!``; the printed pid is the
 process-group id, so stopping the group stops everything the process started. Logs and exit
 codes live in ``<work_dir>/<run>/`` on the node and are fetched at teardown. The shell each
-step runs is built (and quoted) in :mod:`pytest_kimi.deploy.remote`; this module connects,
-runs it and turns failures into :class:`NodeError`.
+step runs is built (and quoted) in :mod:`pytest_kimi.deploy.remote` (and, for a process in a
+container, wrapped by :mod:`pytest_kimi.deploy.container` so it runs inside); this module
+connects, runs it and turns failures into :class:`NodeError`.
+
+A process's environment goes to ``<run>/<proc>.env`` over SFTP, made 0600 before anything
+is written to it; the process's shell reads and removes it. No value is on a command line.
 
 Care taken: host keys are checked against the cluster's known_hosts (``RejectPolicy``) unless
 the YAML opts out; connect, banner, auth and channel timeouts are set so a dead host fails in
@@ -25,9 +29,10 @@ import invoke
 import paramiko
 
 from pytest_kimi.config import Node
-from pytest_kimi.deploy import remote
+from pytest_kimi.deploy import container, remote
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.deploy.secrets import env_file_text
 
 
 class NodeError(RuntimeError):
@@ -62,7 +67,10 @@ class SSHExecutor:
         self, work_dir: str, run_tag: str, environ: Mapping[str, str] | None = None
     ) -> None:
         self.remote_dir = f"{work_dir.rstrip('/')}/{run_tag}"
+        self.run_tag = run_tag
         self.environ = os.environ if environ is None else environ
+        self._started_boxes: dict[str, tuple[Node, container.Box]] = {}  # run mode: ours
+        self._env_files: dict[str, tuple[Node, str]] = {}  # written, maybe not yet read
         self._conns: dict[str, fabric.Connection] = {}
         self._keys: dict[str, paramiko.PKey] = {}
         self._unreachable: dict[str, NodeError] = {}  # a node that failed to connect, once
@@ -183,37 +191,96 @@ class SSHExecutor:
     def _files(self, spec: ProcessSpec) -> remote.RemoteFiles:
         return remote.RemoteFiles.of(self.remote_dir, spec)
 
+    def _box(self, spec: ProcessSpec) -> container.Box | None:
+        if spec.container is None:
+            return None
+        return container.box_for(spec.container, self.run_tag, spec.name)
+
+    def _run_for(self, spec: ProcessSpec, command: str) -> tuple[int, str]:
+        """``command`` where the process lives: on its node, or inside its container."""
+        box = self._box(spec)
+        return self.run(spec.node, command if box is None else container.exec_in(box, command))
+
+    def _write_env(self, spec: ProcessSpec, path: str) -> None:
+        """The process's environment, in a file only its owner can read: made 0600 before a
+        byte of it is written (the run folder is 0700 too)."""
+        self._env_files[spec.name] = (spec.node, path)
+        try:
+            sftp = self.connection(spec.node).sftp()
+            with sftp.open(path, "w") as fh:
+                fh.chmod(0o600)
+                fh.write(env_file_text(spec.launch_env))
+        except (OSError, paramiko.SSHException) as exc:
+            raise NodeError(f"node {spec.node.name}: cannot write {path} (sftp): {exc}") from None
+
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         files = self._files(spec)
         code, out = self.run(spec.node, remote.mkdir(self.remote_dir))
         if code != 0:
             raise NodeError(f"node {spec.node.name}: cannot create {self.remote_dir}: {out}")
-        # the node records the group id itself: if we are interrupted before reading it,
-        # teardown still finds the process (adopt)
-        code, out = self.run(spec.node, remote.start(spec, files))
+        env_file = files.env if spec.launch_env else None
+        if env_file:
+            self._write_env(spec, env_file)
+        box = self._box(spec)
+        if box is None:
+            # the node records the group id itself: if we are interrupted before reading it,
+            # teardown still finds the process (adopt)
+            code, out = self.run(spec.node, remote.start(spec, files, env_file))
+        else:
+            self._enter(spec, box)
+            inside = container.exec_in(box, remote.start(spec, files), spec.launch_env)
+            command = container.with_env_file(env_file, inside) if env_file else inside
+            code, out = self.run(spec.node, command)
         pid = remote.parse_pid(out)
         if code != 0 or pid is None:
             raise NodeError(f"node {spec.node.name}: could not start {spec.name}: {out.strip()}")
         return Handle(spec, pid, Path(files.log))
 
+    def _enter(self, spec: ProcessSpec, box: container.Box) -> None:
+        """Run mode: start the container (remembered first, so teardown removes it even if
+        we are interrupted); then the run folder must exist inside it."""
+        where = f"node {spec.node.name}: container {box.name}"
+        if box.ours:
+            self._started_boxes[spec.name] = (spec.node, box)
+            code, out = self.run(spec.node, container.run_container(box, self.remote_dir))
+            if code != 0:
+                raise NodeError(f"{where} did not start: {out.strip()}")
+        code, out = self._run_for(spec, remote.mkdir(self.remote_dir))
+        if code != 0:
+            raise NodeError(f"{where}: cannot create {self.remote_dir} inside it: {out.strip()}")
+
     def adopt(self, spec: ProcessSpec, log_path: Path) -> Handle | None:
         """The handle of a process whose ``start`` was interrupted: from its pid file."""
         files = self._files(spec)
-        _, out = self.run(spec.node, remote.read_pid_file(files))
+        _, out = self._run_for(spec, remote.read_pid_file(files))
         pid = out.strip()
         return Handle(spec, int(pid), Path(files.log)) if pid.isdigit() else None
 
     def exit_code(self, handle: Handle) -> int | None:
-        _, out = self.run(handle.spec.node, remote.exit_code(self._files(handle.spec), handle.pgid))
+        spec = handle.spec
+        code, out = self._run_for(spec, remote.exit_code(self._files(spec), handle.pgid))
+        if code != 0 and spec.container is not None and container.says_gone(out):
+            return -9  # its container is gone, and the process with it
         return remote.parse_exit_code(out)
 
     def alive(self, handle: Handle) -> bool:
-        _, out = self.run(handle.spec.node, remote.group_stats(handle.pgid))
+        """Whether the group has a live process. In a container: asked inside it; a container
+        that is gone has no processes, a runtime that cannot answer is a :class:`NodeError`
+        (the process is then unverifiable, never "gone")."""
+        spec = handle.spec
+        code, out = self._run_for(spec, remote.group_stats(handle.pgid))
+        if code != 0 and spec.container is not None:
+            if container.says_gone(out):
+                return False
+            raise NodeError(
+                f"node {spec.node.name}: the container runtime did not answer: {out.strip()}"
+            )
         return remote.any_alive(out)
 
     def signal(self, handle: Handle, name: str) -> None:
-        """Send ``SIG<name>`` (TERM, KILL) to the process group on its node."""
-        self.run(handle.spec.node, remote.signal_group(handle.pgid, name))
+        """Send ``SIG<name>`` (TERM, KILL) to the process group on its node (in a container:
+        from inside it, where the group lives; the runtime's client forwards nothing)."""
+        self._run_for(handle.spec, remote.signal_group(handle.pgid, name))
 
     def port_in_use(self, node: Node, port: int) -> bool:
         """A listening TCP socket on ``port`` on the node (``ss`` from iproute2; if the node
@@ -223,14 +290,14 @@ class SSHExecutor:
 
     def log_tail(self, handle: Handle, lines: int = 50) -> str:
         try:
-            _, out = self.run(handle.spec.node, remote.tail(self._files(handle.spec).log, lines))
+            _, out = self._run_for(handle.spec, remote.tail(self._files(handle.spec).log, lines))
         except NodeError as exc:
             return f"(log unavailable: {exc})"
         return out
 
     def log_size(self, handle: Handle) -> int | None:
         try:
-            _, out = self.run(handle.spec.node, remote.size(self._files(handle.spec).log))
+            _, out = self._run_for(handle.spec, remote.size(self._files(handle.spec).log))
         except NodeError:
             return None
         return int(out.strip()) if out.strip().isdigit() else None
@@ -239,9 +306,38 @@ class SSHExecutor:
         log = self._files(handle.spec).log
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.connection(handle.spec.node).get(log, local=str(dest))
+            if handle.spec.container is not None:  # the log is inside the container
+                code, out = self._run_for(handle.spec, remote.cat(log))
+                if code != 0:
+                    raise OSError(out.strip())
+                dest.write_text(out)
+            else:
+                self.connection(handle.spec.node).get(log, local=str(dest))
         except (NodeError, OSError, paramiko.SSHException) as exc:
             dest.write_text(f"(could not fetch {log} from {handle.spec.node.name}: {exc})\n")
+
+    def cleanup(self, handles: list[Handle]) -> list[str]:
+        """After the processes are stopped: remove environment files not yet read and the
+        containers we started; name whatever is left, or could not be checked."""
+        left: list[str] = []
+        for name, (node, path) in self._env_files.items():
+            try:
+                code, out = self.run(node, remote.remove_files([path]))
+            except NodeError as exc:
+                code, out = 1, str(exc)
+            if code != 0:
+                left.append(f"{name} on {node.name}: environment file {path} not removed ({out})")
+        for name, (node, box) in self._started_boxes.items():
+            where = f"container {box.name} of {name} on {node.name}"
+            try:
+                self.run(node, container.remove_container(box))
+                present = container.parse_inspect(*self.run(node, container.inspect_container(box)))
+            except (NodeError, container.RuntimeUnanswered) as exc:
+                left.append(f"{where}: unverifiable ({exc})")
+                continue
+            if present:
+                left.append(f"{where}: still exists after removal")
+        return left
 
     def close(self) -> None:
         for conn in self._conns.values():

@@ -1,6 +1,7 @@
-"""The SSH executor's shell (pytest_kimi.deploy.remote) run locally by bash, as sshd runs it in
-a login shell that is bash: a process starts detached in its own group with values passed
-literally, and the status commands read it back. (tests/ssh runs them over real SSH.)"""
+"""The SSH executor's shell (pytest_kimi.deploy.remote) run locally by bash and dash (a login
+shell may be either): a process starts detached in its own group with values passed literally,
+its environment from a file it removes (never on a command line), its setup lines in the same
+shell, and the status commands read it back. (tests/ssh runs them over real SSH.)"""
 
 from __future__ import annotations
 
@@ -14,11 +15,20 @@ import pytest
 from pytest_kimi.config import Node
 from pytest_kimi.deploy import remote
 from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.deploy.secrets import env_file_text
 
 
-def _sh(command: str) -> str:
-    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30,
+def _sh(command: str, shell: str = "bash") -> str:
+    return subprocess.run([shell, "-c", command], capture_output=True, text=True, timeout=30,
                           check=False, stdin=subprocess.DEVNULL).stdout  # fmt: skip
+
+
+def _write_env(spec: ProcessSpec, files: remote.RemoteFiles) -> str:
+    """As the SSH executor does over SFTP: 0600 before the content."""
+    path = Path(files.env)
+    path.touch(mode=0o600)
+    path.write_text(env_file_text(spec.launch_env))
+    return files.env
 
 
 def _until_exited(files: remote.RemoteFiles, pgid: int) -> int:
@@ -37,26 +47,79 @@ def test_start_passes_values_literally_and_the_status_commands_read_it(tmp_path:
     spec = ProcessSpec("p0", node, (sys.executable, "-c", code, value), env={"V": value})
     files = remote.RemoteFiles.of(str(tmp_path / "run dir"), spec)
     _sh(remote.mkdir(str(tmp_path / "run dir")))
+    assert (tmp_path / "run dir").stat().st_mode & 0o777 == 0o700
 
-    pgid = remote.parse_pid(_sh(remote.start(spec, files)))
+    command = remote.start(spec, files, _write_env(spec, files))
+    assert "V=" not in command  # the variable is in the file, not on the command line
+    pgid = remote.parse_pid(_sh(command))
     assert pgid is not None and _sh(remote.read_pid_file(files)).strip() == str(pgid)
     assert _until_exited(files, pgid) == 3
     assert Path(files.log).read_text() == "True\n" and not canary.exists()
+    assert not Path(files.env).exists()  # read, then removed by the process's shell
     assert int(_sh(remote.size(files.log))) == len("True\n")
     assert _sh(remote.tail(files.log, 1)) == "True\n"
 
 
-def test_a_group_is_alive_until_signalled(tmp_path: Path):
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+@pytest.mark.parametrize("name", ["TERM", "KILL"])
+def test_a_group_is_alive_until_signalled(tmp_path: Path, shell: str, name: str):
+    # dash (sh on Debian) reads `kill -TERM -- -PGID` as an illegal number: the group lived on
     spec = ProcessSpec("p1", Node("n0", "127.0.0.1", 1), ("sleep", "300"))
     files = remote.RemoteFiles.of(str(tmp_path), spec)
-    pgid = remote.parse_pid(_sh(remote.start(spec, files)))
+    pgid = remote.parse_pid(_sh(remote.start(spec, files), shell))
     assert pgid is not None and remote.any_alive(_sh(remote.group_stats(pgid)))
-    _sh(remote.signal_group(pgid, "KILL"))
+    _sh(remote.signal_group(pgid, name), shell)
     deadline = time.monotonic() + 30
     while remote.any_alive(_sh(remote.group_stats(pgid))):
         assert time.monotonic() < deadline, "the group survived KILL"
         time.sleep(0.02)
     assert _until_exited(files, pgid) == -9  # the whole group, sh too: no exit code written
+
+
+def test_the_secret_is_in_the_process_environment_and_in_no_command_line(tmp_path: Path):
+    secret = "hf_unit_secret_8734"
+    node = Node("n0", "127.0.0.1", 1)
+    spec = ProcessSpec("p2", node, ("sleep", "300"), env={"A": "1"},
+                       secret_env={"HF_TOKEN": secret})  # fmt: skip
+    files = remote.RemoteFiles.of(str(tmp_path), spec)
+    pgid = remote.parse_pid(_sh(remote.start(spec, files, _write_env(spec, files))))
+    assert pgid is not None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids := _group(pgid, "sleep")):
+            assert time.monotonic() < deadline, "sleep did not start"
+            time.sleep(0.02)
+        environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
+        assert f"HF_TOKEN={secret}".encode() in environ and b"A=1" in environ
+        for pid in _group(pgid):
+            assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        _sh(remote.signal_group(pgid, "KILL"))
+    assert "HF_TOKEN='***'" in spec.command_line() and secret not in repr(spec)
+    assert secret not in spec.command_line() and secret in spec.command_line(redact=False)
+
+
+def _group(pgid: int, comm: str | None = None) -> list[int]:
+    out = _sh(f"ps -o pid=,comm= -g {pgid}")
+    rows = [line.split(None, 1) for line in out.splitlines() if line.strip()]
+    return [int(pid) for pid, name in rows if comm is None or name.strip() == comm]
+
+
+def test_setup_lines_run_in_the_same_shell_and_a_failing_one_stops_the_start(tmp_path: Path):
+    node = Node("n0", "127.0.0.1", 1)
+    code = "import os; print(os.environ['FROM_SETUP'])"
+    setup = ("FROM_SETUP='set up # not a comment'; export FROM_SETUP  # a comment",)
+    spec = ProcessSpec("p3", node, (sys.executable, "-c", code), setup=setup)
+    files = remote.RemoteFiles.of(str(tmp_path), spec)
+    assert _until_exited(files, remote.parse_pid(_sh(remote.start(spec, files), "dash"))) == 0
+    assert Path(files.log).read_text() == "set up # not a comment\n"
+
+    failing = ProcessSpec("p4", node, (sys.executable, "-c", "print('ran')"),
+                          setup=("true", "echo activating; exit 7", "echo never"))  # fmt: skip
+    files = remote.RemoteFiles.of(str(tmp_path), failing)
+    assert _until_exited(files, remote.parse_pid(_sh(remote.start(failing, files)))) == 7
+    log = Path(files.log).read_text()
+    assert "activating" in log and "ran" not in log and "never" not in log
 
 
 def test_status_parsing_and_signal_names():
