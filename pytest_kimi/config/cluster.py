@@ -119,6 +119,14 @@ class MockConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """GPU telemetry during the measured run (``pytest_kimi.telemetry``)."""
+
+    enabled: bool = True
+    interval_s: float = 5.0  # wall seconds on the machine running pytest
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A whole cluster file, validated."""
 
@@ -139,6 +147,7 @@ class ClusterConfig:
     work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
     regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
     regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     @property
     def time_scale(self) -> float:

@@ -23,6 +23,7 @@ from pytest_kimi.config.cluster import (
     RouterConfig,
     ServerConfig,
     SSHConfig,
+    TelemetryConfig,
     WorkloadConfig,
 )
 from pytest_kimi.config.errors import config_error
@@ -68,6 +69,7 @@ def _cluster(src: Located, raw: models.ClusterFile) -> ClusterConfig:
         work_dir=raw.work_dir,
         regression=dict(raw.regression),
         regression_thresholds=checks.regression_thresholds(src, raw.regression),
+        telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
     )
 
 

@@ -197,6 +197,15 @@ class Mock(_Model):
     )
 
 
+class Telemetry(_Model):
+    """GPU telemetry during the measured run: nvidia-smi on every node, every interval_s."""
+
+    enabled: bool = Field(True, description="Sample the nodes' GPUs into telemetry.jsonl.")
+    interval_s: Seconds = Field(
+        5.0, description="Wall seconds (on the machine running pytest) between samples."
+    )
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -229,3 +238,4 @@ class ClusterFile(_Model):
     )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
+    telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
