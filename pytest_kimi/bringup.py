@@ -45,7 +45,7 @@ def deployment(
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
 
-    plan = plan_deployment(inputs.cluster, layout)
+    plan = plan_deployment(inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}")
     on_manifest(plan, None)
     executor = _executor(inputs, folder, layout)
     dep = Deployment(

@@ -151,9 +151,25 @@ def parse_apps(text: str) -> list[GpuProcess]:
 MOCK_SMI_MODULE = "pytest_kimi.mock.nvidia_smi"
 
 
-def smi_command(cluster: ClusterConfig, node: Node, scope: str) -> list[str]:
-    """The ``nvidia-smi`` to run on ``node``: the real one on a real cluster, the mock's
-    stand-in (driven by the mock servers' own load) when the servers are the mock.
+def mock_gpu_dir(cluster: ClusterConfig, node: Node, scope: str | None) -> str | None:
+    """Where the mock servers of ``node`` publish their GPUs and the stand-in reads them.
+
+    On SSH clusters one folder per node, kept across runs (``<work_dir>/mock-gpus/<node>``):
+    a leftover server or a foreign holder must be seen by the next pre-flight. On local
+    clusters every "node" is this machine, and layouts running at once under xdist reuse the
+    same node names, so the folder is under the run's scope; None without one (a dry run)."""
+    root = f"{cluster.work_dir.rstrip('/')}/mock-gpus"
+    if cluster.executor == "ssh":
+        return f"{root}/{node.name}"
+    return f"{root}/{scope}/{node.name}" if scope else None
+
+
+def smi_command(
+    cluster: ClusterConfig, node: Node, scope: str, smi: Sequence[str] = ()
+) -> list[str]:
+    """The ``nvidia-smi`` to run on ``node``: ``smi`` (the cluster's ``nvidia_smi:``) or the
+    real one on a real cluster, the mock's stand-in (driven by the mock servers' own load)
+    when the servers are the mock.
 
     ``scope`` is ``<run folder name>/<layout>``, the same tag the SSH executor uses for its
     remote folder; the stand-in keeps its GPU state under it where runs must not see each
@@ -162,5 +178,7 @@ def smi_command(cluster: ClusterConfig, node: Node, scope: str) -> list[str]:
 
     server = cluster.server
     if server.module != MOCK_MODULE:
-        return ["nvidia-smi"]
-    return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, "--scope", scope]
+        return list(smi) or ["nvidia-smi"]
+    state = mock_gpu_dir(cluster, node, scope)
+    where = ["--state-dir", state] if state else ["--scope", scope]
+    return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, *where]

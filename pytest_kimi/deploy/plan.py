@@ -110,6 +110,14 @@ def _flags(values: Mapping[str, str | int | float | bool]) -> list[str]:
     return out
 
 
+def _mock_gpu_flags(cluster: ClusterConfig, node: Node, scope: str | None) -> list[str]:
+    """Where a mock server publishes its GPUs for the stand-in nvidia-smi (deploy/gpus.py)."""
+    from pytest_kimi.deploy.gpus import mock_gpu_dir
+
+    state = mock_gpu_dir(cluster, node, scope)
+    return ["--mock-node", node.name, "--mock-gpu-state", state] if state else []
+
+
 def resolve_model_path(value: str) -> str:
     """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
     if value == BUILTIN_TOKENIZER:
@@ -124,8 +132,10 @@ def plan_deployment(
     layout: Layout,
     *,
     ports: Iterable[int] | None = None,
+    gpu_scope: str | None = None,
 ) -> DeploymentPlan:
-    """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own)."""
+    """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own);
+    ``gpu_scope`` (``<run>/<layout>``) tells mock servers where to publish their GPUs."""
     supply = iter(ports) if ports is not None else None
 
     def port(value: int | None, host: str) -> int:
@@ -161,6 +171,7 @@ def plan_deployment(
                     "--mock-seed", str(cluster.mock.seed + replica),
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
+                argv += _mock_gpu_flags(cluster, node, gpu_scope)
                 if cluster.mock.profile:  # inline: the node needs no file of ours
                     profile = json.dumps(dict(cluster.mock.profile), separators=(",", ":"))
                     argv += ["--mock-profile", profile]

@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
     add("--mock-seed", type=int, default=0)
     add("--mock-gpus-per-node", type=int, default=None)
+    add("--mock-node", default=None, help="this node's name (the stand-in nvidia-smi's GPUs)")
+    add(
+        "--mock-gpu-state",
+        default=None,
+        metavar="DIR",
+        help="the node's GPU state dir: this server's GPUs and load, for the stand-in nvidia-smi",
+    )
     add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
     add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
     add(

@@ -21,8 +21,9 @@ from aiohttp.http_exceptions import BadHttpMessage
 from pytest_kimi.mock.args import MockArgs, parse_args
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
+from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
 from pytest_kimi.mock.perfmodel import CostModel, Profile
-from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, join
+from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, follow, join
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.server import build_app, build_dummy_app
 
@@ -92,6 +93,7 @@ async def _main(args: MockArgs) -> int:
             log.error("[%s] %s", prefix, exc)
             await rendezvous.close()
             return 1
+    gpus = _publish_gpus(args, engine, rendezvous)
     log.info(
         "[%s] Load weight end. type=KimiMockForCausalLM, dtype=bfloat16 (mock, no weights)", prefix
     )
@@ -117,11 +119,30 @@ async def _main(args: MockArgs) -> int:
         log.error("[%s] scheduler crashed: %r", prefix, scheduler.exception())
         code = 1
     scheduler.cancel()
+    if gpus is not None:
+        gpus.cancel()
     if rendezvous is not None:
         await rendezvous.close()
     await runner.cleanup()
     log.info("[%s] shut down", prefix)
     return code
+
+
+def _publish_gpus(args: MockArgs, engine: Engine, peers: Rank0 | None) -> asyncio.Task | None:
+    """Rank 0: publish this node's GPU load from the scheduler, and send it to the other
+    ranks of the replica."""
+    share = share_of(args)
+    if share is None:
+        return None
+    window = BusyWindow(engine.sim, args.mock_time_scale)
+
+    def current() -> Load:
+        load = window.load()
+        if peers is not None:
+            peers.broadcast({"util": load.util, "kv_tokens": load.kv_tokens})
+        return load
+
+    return asyncio.create_task(publish(share, current))
 
 
 async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
@@ -132,14 +153,21 @@ async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
         return 1
     runner = await _serve(build_dummy_app(), args.host, args.port)
     log.info("[%s] Dummy health server on http://%s:%d", prefix, args.host, args.port)
-    lost = asyncio.create_task(link.read())
+    latest = [Load()]  # rank 0's last window: the replica's GPUs work in lockstep
+
+    def on_message(message: dict) -> None:
+        latest[0] = Load(float(message.get("util", 0.0)), int(message.get("kv_tokens", 0)))
+
+    share = share_of(args)
+    gpus = asyncio.create_task(publish(share, lambda: latest[0])) if share else None
+    lost = asyncio.create_task(follow(link, on_message))
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait([lost, stopped], return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if lost.done() and not stop.is_set():
         log.error("[%s] NCCL error: lost rank 0; exiting", prefix)
         code = 1
-    for task in (lost, stopped):
+    for task in (lost, stopped, *([gpus] if gpus else [])):
         task.cancel()
     writer.close()
     await runner.cleanup()

@@ -82,6 +82,14 @@ class Rank0:
             self.lost_rank = rank
             self.lost.set()
 
+    def broadcast(self, message: dict) -> None:
+        """Send one JSON line to every joined rank (best effort: a lost peer is noticed by
+        its reader)."""
+        line = json.dumps(message).encode() + b"\n"
+        for writer in self.peers.values():
+            if not writer.is_closing():
+                writer.write(line)
+
     async def close(self) -> None:
         for writer in self.peers.values():
             writer.close()
@@ -112,3 +120,18 @@ async def join(
     await asyncio.wait_for(reader.readline(), timeout)
     log.info("Joined rank 0 at %s:%d as node rank %d", host, port, rank)
     return reader, writer
+
+
+async def follow(reader: asyncio.StreamReader, on_message) -> None:
+    """Read rank 0's JSON lines (its load) until the link closes: returns when rank 0 is gone."""
+    while True:
+        try:
+            line = await reader.readline()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        if not line:
+            return
+        try:
+            on_message(json.loads(line))
+        except ValueError:
+            continue

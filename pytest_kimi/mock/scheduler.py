@@ -99,6 +99,7 @@ class ReplicaSim:
         self.stage_free = [0.0] * cost.pp
         self.in_flight: list[_Batch] = []
         self.steps = 0
+        self.busy_s = 0.0  # cluster seconds a stage spent on batches (GPU utilisation)
 
     # -- inputs --------------------------------------------------------------------------
     def add(self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float) -> SimRequest:
@@ -176,6 +177,7 @@ class ReplicaSim:
         contexts = [r.prompt_tokens + r.generated for r in decodes]
         tokens = sum(n for _, n in prefills) + len(decodes)
         stage = self.cost.stage_time(chunks, contexts) * self._noise()
+        self.busy_s += stage
         t = self.now
         for s in range(self.cost.pp):
             start = max(t, self.stage_free[s])
