@@ -15,7 +15,7 @@ The file, one JSON object a line, in the order written:
 - ``{"measured": {"from": ..., "to": ...}}`` at the end: the measured requests' span in ``t``
   (first send to last end). Samples before ``from`` were taken during the warm-up.
 
-Definitions (stated in docs/reports.md too): a *round* is one query of every node; the
+Definitions (stated in docs/telemetry.md too): a *round* is one query of every node; the
 deployment's utilisation in a round is the mean over every GPU sampled in it, its power the
 sum over them. Only rounds inside the measured span count.
 """
