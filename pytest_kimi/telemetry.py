@@ -169,7 +169,12 @@ def sampling(sampler: Sampler | None, result: LayoutResult) -> Iterator[Sampler 
     if sampler is None:
         yield None
         return
-    sampler.start()
+    try:
+        sampler.start()
+    except OSError as exc:  # the layout folder cannot be written: the run goes on without
+        result.notes.append(f"telemetry: not sampled: {type(exc).__name__}: {exc}")
+        yield None
+        return
     try:
         yield sampler
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kimi.telemetry import ATTACHED_NOTE
 from pytest_kimi.telemetry_stats import read_telemetry
 
 pytest_plugins = ["pytester"]
@@ -68,3 +69,22 @@ def test_mission_on_the_mock_samples_every_node_and_reports_it(
     assert all(f"<!-- {node} -->" in timeline for node in NODES)
     assert "GPU power mean (W, all GPUs)" in page
     assert leftovers(pytester.path) == []
+
+
+def test_attached_to_an_endpoint_there_is_no_telemetry_and_the_report_says_so(
+    pytester: pytest.Pytester, mock_server
+):
+    pytester.makefile(".yaml", cluster=(Path(__file__).parent / "small_cluster.yaml").read_text())
+    pytester.makepyfile(test_speedbench=(ROOT / "tests/perf/test_speedbench.py").read_text())
+    result = pytester.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", f"--kimi-endpoint={mock_server}",
+        "--kimi-report-dir=out", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5)
+    [run] = list((pytester.path / "out").iterdir())
+    assert not (run / "wide" / "telemetry.jsonl").exists()
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert ATTACHED_NOTE in summary["notes"] and "telemetry" not in summary
+    page = (run / "report.html").read_text()
+    assert "no GPU telemetry for wide (see the notes)" in page
+    assert "GPU utilization mean" not in page  # no rows of figures nobody measured

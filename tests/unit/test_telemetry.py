@@ -208,3 +208,14 @@ def test_summary_round_trips_and_node_curves_shift_to_the_timeline():
         [20], [60], [250.0],
     )  # fmt: skip
     assert curves["b"].power_w[0] != curves["b"].power_w[0]  # NaN: a GPU gave no power
+
+
+def test_a_telemetry_file_that_cannot_be_written_is_a_note_not_a_failure(tmp_path):
+    executor = FakeExecutor(lambda node, call: (0, _smi(1.0)))
+    sampler = _sampler(executor, tmp_path / "missing" / "t.jsonl")
+    result = LayoutResult("x", "X")
+    with sampling(sampler, result) as running:
+        assert running is None
+    assert not sampler.alive and executor.calls == {}
+    [note] = result.notes
+    assert note.startswith("telemetry: not sampled: FileNotFoundError")
