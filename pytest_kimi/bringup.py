@@ -56,15 +56,46 @@ def deployment(
         progress=lambda m: say(f"[kimi {layout.name}] {m}"),
     )
     with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+        gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
+        on_manifest(plan, gpus or None)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
         dep.start()
-        environments = _node_environments(inputs, executor, plan)
+        environments = _with_gpus(_node_environments(inputs, executor, plan), gpus)
         on_manifest(plan, environments)
         result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan)
         with sampling(_sampler(inputs, executor, plan, folder, layout), result):
             yield plan  # measured while every node's GPUs are sampled
+
+
+def gpu_preflight(
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, scope: str, say: Say
+) -> list[dict]:
+    """Every server node's GPUs counted and idle, or one error listing every problem
+    (:class:`~pytest_kimi.deploy.preflight.PreflightError`); returns the manifest's per-node
+    records (driver, CUDA, GPUs). The router needs no GPU: its node is checked only when it
+    also runs a server."""
+    from pytest_kimi.deploy import preflight
+
+    cluster = inputs.cluster
+    if not cluster.preflight.enabled:
+        return []
+    reports = preflight.check_nodes(cluster, [s.node for s in plan.servers], executor, scope)
+    preflight.require_clean(reports)
+    say(f"[kimi {plan.layout.name}] {preflight.summary(reports)}")
+    return [
+        {"node": r.node.name, "host": r.node.host, "gpu_preflight": r.manifest()} for r in reports
+    ]
+
+
+def _with_gpus(environments: list[dict], gpus: list[dict]) -> list[dict]:
+    """Each node's environment with its pre-flight record (driver, CUDA, GPUs) added."""
+    by_node = {g["node"]: g["gpu_preflight"] for g in gpus}
+    for env in environments:
+        if env.get("node") in by_node:
+            env["gpu_preflight"] = by_node[env["node"]]
+    return environments
 
 
 def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:

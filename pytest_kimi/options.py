@@ -78,6 +78,13 @@ def add_options(parser: pytest.Parser) -> None:
         help="print the exact launch commands per layout and node, start nothing, exit",
     )
     group.addoption(
+        "--kimi-preflight-only",
+        dest="kimi_preflight_only",
+        action="store_true",
+        help="check every node's GPUs (count as in the cluster file, none busy), print a table "
+        "per node, exit 0 when clean and 1 otherwise; start nothing, run no test",
+    )
+    group.addoption(
         "--kimi-save-baseline",
         dest="kimi_save_baseline",
         default=None,
@@ -188,4 +195,5 @@ def explicit(config: pytest.Config) -> bool:
         or bool(config.getoption("kimi_dataset"))
         or bool(config.getoption("kimi_slo"))
         or bool(config.getoption("kimi_dry_run"))
+        or bool(config.getoption("kimi_preflight_only"))
     )

@@ -60,6 +60,20 @@ def pytest_configure(config: pytest.Config) -> None:
             for layout in run.layouts:
                 print(run.plan(layout).describe(), end="\n\n")
             pytest.exit("dry run: nothing was started", returncode=0)
+        if config.getoption("kimi_preflight_only"):
+            _preflight_only(run)
+
+
+def _preflight_only(run: Run) -> None:
+    """``--kimi-preflight-only``: every node's GPUs, a table, and out (0: clean, 1: not)."""
+    from pytest_kimi.deploy.preflight import table, whole_cluster
+
+    reports = whole_cluster(run.inputs.cluster)
+    print(table(reports))
+    problems = sum(len(r.problems) for r in reports)
+    if problems:
+        pytest.exit(f"GPU pre-flight: {problems} problem(s); nothing was started", returncode=1)
+    pytest.exit("GPU pre-flight: clean; nothing was started", returncode=0)
 
 
 def _say(config: pytest.Config):

@@ -127,6 +127,14 @@ class TelemetryConfig:
 
 
 @dataclass(frozen=True)
+class PreflightConfig:
+    """GPU pre-flight before launch: GPU count per node, and every GPU idle."""
+
+    enabled: bool = True
+    busy_memory_mib: float = 2048.0  # more memory used than this: the GPU is busy
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A whole cluster file, validated."""
 
@@ -148,6 +156,8 @@ class ClusterConfig:
     regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
     regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
 
     @property
     def time_scale(self) -> float:

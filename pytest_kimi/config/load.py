@@ -20,6 +20,7 @@ from pytest_kimi.config.cluster import (
     Layout,
     MockConfig,
     Node,
+    PreflightConfig,
     RouterConfig,
     ServerConfig,
     SSHConfig,
@@ -70,6 +71,8 @@ def _cluster(src: Located, raw: models.ClusterFile) -> ClusterConfig:
         regression=dict(raw.regression),
         regression_thresholds=checks.regression_thresholds(src, raw.regression),
         telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
+        preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
+        nvidia_smi=tuple(raw.nvidia_smi),
     )
 
 

@@ -206,6 +206,15 @@ class Telemetry(_Model):
     )
 
 
+class Preflight(_Model):
+    """GPU pre-flight: before anything starts, every node's GPUs are counted and must be idle."""
+
+    enabled: bool = Field(True, description="Check every node's GPUs before launch.")
+    busy_memory_mib: Annotated[float, Field(ge=0)] = Field(
+        2048.0, description="A GPU with more memory used than this (MiB) is busy."
+    )
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -239,3 +248,9 @@ class ClusterFile(_Model):
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
+    preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
+    nvidia_smi: Argv = Field(
+        default_factory=list,
+        description="The nvidia-smi to run on the nodes, as argv (default: [nvidia-smi]; "
+        "ignored on the embedded mock, which ships a stand-in).",
+    )

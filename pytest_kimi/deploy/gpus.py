@@ -178,7 +178,10 @@ def smi_command(
 
     server = cluster.server
     if server.module != MOCK_MODULE:
-        return list(smi) or ["nvidia-smi"]
+        return list(cluster.nvidia_smi) or ["nvidia-smi"]
     state = mock_gpu_dir(cluster, node, scope)
     where = ["--state-dir", state] if state else ["--scope", scope]
-    return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, *where]
+    # the mock's nodes have the GPUs the cluster file gives them (a test overrides the count
+    # with a gpu_count file in the state dir)
+    count = ["--default-gpus", str(node.gpus)]
+    return [server.python, "-m", MOCK_SMI_MODULE, "--node", node.name, *where, *count]

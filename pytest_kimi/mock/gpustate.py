@@ -27,7 +27,7 @@ SM_IDLE_MHZ = 180.0
 SM_BOOST_MHZ = 2430.0
 DRIVER_VERSION = "580.95.05"
 CUDA_VERSION = "13.0"
-DEFAULT_GPUS = 8  # GPUs a node lists when no server says otherwise
+DEFAULT_GPUS = 8  # GPUs a node lists when neither a server nor --default-gpus says otherwise
 COUNT_FILE = "gpu_count"  # a file in the state dir holding an integer overrides the count
 WRITE_EVERY_S = 0.5
 
@@ -59,7 +59,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def _zombie(pid: int) -> bool:
+    """A zombie is dead (its parent has not reaped it yet). Read only from a /proc that shows
+    our own pid namespace (in a container /proc may be the host's)."""
     try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return False
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
@@ -110,12 +114,13 @@ def read_holders(state_dir: str | Path) -> list[Holder]:
     return out
 
 
-def gpu_count(state_dir: str | Path, holders: list[Holder]) -> int:
-    """The node's GPU count: the ``gpu_count`` file, else what a live server says, else 8."""
+def gpu_count(state_dir: str | Path, holders: list[Holder], default: int = DEFAULT_GPUS) -> int:
+    """The node's GPU count: the ``gpu_count`` file, else what a live server says, else
+    ``default`` (the node's ``gpus:`` when the product asks, else 8)."""
     with contextlib.suppress(OSError, ValueError):
         return int((Path(state_dir) / COUNT_FILE).read_text().strip())
     stated = [h.node_gpus for h in holders if h.node_gpus]
-    return max(stated) if stated else DEFAULT_GPUS
+    return max(stated) if stated else default
 
 
 def power_w(util: float) -> float:

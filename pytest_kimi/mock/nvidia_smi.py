@@ -56,10 +56,12 @@ def gpu_uuid(node: str, index: int) -> str:
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"pytest-kimi-mock/{node}/{index}"))
 
 
-def node_gpus(node: str, state_dir: str | Path) -> tuple[list[Gpu], list[gpustate.Holder]]:
+def node_gpus(
+    node: str, state_dir: str | Path, default: int = gpustate.DEFAULT_GPUS
+) -> tuple[list[Gpu], list[gpustate.Holder]]:
     """The node's GPUs with every live holder's load summed, and the holders."""
     holders = gpustate.read_holders(state_dir)
-    count = gpustate.gpu_count(state_dir, holders)
+    count = gpustate.gpu_count(state_dir, holders, default)
     gpus = []
     for index in range(count):
         mine = [h for h in holders if index in h.gpus]
@@ -103,8 +105,8 @@ def _csv(fields: list[str], rows: list[list[str]], fmt: set[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def query_gpu(node: str, state_dir: str, fields: list[str], fmt: set[str]) -> str:
-    gpus, _ = node_gpus(node, state_dir)
+def query_gpu(node: str, state_dir: str, fields: list[str], fmt: set[str], default: int) -> str:
+    gpus, _ = node_gpus(node, state_dir, default)
     rows = []
     for gpu in gpus:
         row = [gpu_value(gpu, f) if f != "count" else str(len(gpus)) for f in fields]
@@ -112,8 +114,8 @@ def query_gpu(node: str, state_dir: str, fields: list[str], fmt: set[str]) -> st
     return _csv(fields, rows, fmt)
 
 
-def query_apps(node: str, state_dir: str, fields: list[str], fmt: set[str]) -> str:
-    gpus, holders = node_gpus(node, state_dir)
+def query_apps(node: str, state_dir: str, fields: list[str], fmt: set[str], default: int) -> str:
+    gpus, holders = node_gpus(node, state_dir, default)
     by_index = {g.index: g for g in gpus}
     rows = []
     for holder in holders:
@@ -131,14 +133,14 @@ def query_apps(node: str, state_dir: str, fields: list[str], fmt: set[str]) -> s
     return _csv(fields, rows, fmt)
 
 
-def list_gpus(node: str, state_dir: str) -> str:
-    gpus, _ = node_gpus(node, state_dir)
+def list_gpus(node: str, state_dir: str, default: int) -> str:
+    gpus, _ = node_gpus(node, state_dir, default)
     return "".join(f"GPU {g.index}: {gpustate.GPU_NAME} (UUID: {g.uuid})\n" for g in gpus)
 
 
-def query_all(node: str, state_dir: str) -> str:
+def query_all(node: str, state_dir: str, default: int) -> str:
     """``nvidia-smi -q``: the header real tools read, and one section per GPU."""
-    gpus, _ = node_gpus(node, state_dir)
+    gpus, _ = node_gpus(node, state_dir, default)
     pad = 42
     lines = [
         "",
@@ -183,6 +185,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", default=None, help="the node's state dir (overrides the rest)")
     p.add_argument("--state-root", default=DEFAULT_ROOT)
     p.add_argument("--scope", default=None, help="<run>/<layout> on local clusters")
+    p.add_argument(
+        "--default-gpus",
+        type=int,
+        default=gpustate.DEFAULT_GPUS,
+        help="GPUs the node lists when no live server and no gpu_count file says (its gpus:)",
+    )
     p.add_argument("-L", "--list-gpus", action="store_true")
     p.add_argument("-q", "--query", action="store_true")
     p.add_argument("-d", "--display", default=None)
@@ -210,17 +218,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "hold":
         return hold(where, [int(g) for g in args.gpus.split(",")], args.mib, args.name)
     fmt = {part.strip() for part in args.format.split(",")}
+    node, count = args.node, args.default_gpus
     try:
         if args.query_gpu:
-            out = query_gpu(args.node, where, args.query_gpu.split(","), fmt)
+            out = query_gpu(node, where, args.query_gpu.split(","), fmt, count)
         elif args.query_compute_apps:
-            out = query_apps(args.node, where, args.query_compute_apps.split(","), fmt)
+            out = query_apps(node, where, args.query_compute_apps.split(","), fmt, count)
         elif args.list_gpus:
-            out = list_gpus(args.node, where)
+            out = list_gpus(node, where, count)
         elif args.query:
-            out = query_all(args.node, where)
+            out = query_all(node, where, count)
         else:
-            out = list_gpus(args.node, where)
+            out = list_gpus(node, where, count)
     except KeyError as exc:
         print(f'Field "{exc.args[0]}" is not a valid field to query.', file=sys.stderr)
         return 2
