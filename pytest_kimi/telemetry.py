@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from pytest_kimi.deploy.gpus import GpuQueryError, parse_gpus
 from pytest_kimi.telemetry_stats import (
@@ -123,7 +123,7 @@ class Sampler:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _round(self, pool: cf.ThreadPoolExecutor, fh) -> None:
+    def _round(self, pool: cf.ThreadPoolExecutor, fh: TextIO) -> None:
         t = (self.clock() - self.origin) * self.time_scale
         futures = {pool.submit(self._query, node): node for node in self.nodes}
         done, _ = cf.wait(futures, timeout=self.query_timeout_s + 5.0)
