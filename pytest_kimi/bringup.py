@@ -2,7 +2,8 @@
 
 Start every node process and the router (:class:`~pytest_kimi.deploy.deployment.Deployment`),
 record each node's environment in the manifest, check the router can see the model, warm each
-replica, and on the way out (pass, failure, Ctrl-C, SIGTERM) stop everything, scan the logs
+replica, sample every node's GPUs while the layout is measured (:mod:`pytest_kimi.telemetry`),
+and on the way out (pass, failure, Ctrl-C, SIGTERM) stop everything, scan the logs
 and write the layout's summary, so a failed bring-up still leaves a result that says why.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pytest_kimi.procgroup import interrupt, sigterm_as_interrupt
+from pytest_kimi.telemetry import Sampler, sampling
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
@@ -63,7 +65,8 @@ def deployment(
         result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan)
-        yield plan
+        with sampling(_sampler(inputs, executor, plan, folder, layout), result):
+            yield plan  # measured while every node's GPUs are sampled
 
 
 def gpu_preflight(
@@ -102,6 +105,22 @@ def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     if inputs.cluster.executor == "ssh":
         return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}")
     return LocalExecutor()
+
+
+def _sampler(
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, folder: RunFolder, layout: Layout
+) -> Sampler | None:
+    """The GPU sampler of every node the plan uses (None when the cluster file turns it off)."""
+    from pytest_kimi.deploy.gpus import query_gpus, smi_command
+
+    config = inputs.cluster.telemetry
+    if not config.enabled:
+        return None
+    nodes = list({spec.node.name: spec.node for spec in plan.processes}.values())
+    scope = f"{folder.name}/{layout.name}"
+    commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
+    return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
+                   interval_s=config.interval_s, time_scale=inputs.time_scale)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -113,6 +113,25 @@ AGGREGATES: dict[str, Metric] = {
     )
 }
 
+TELEMETRY: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        _aggregate("gpu_util_mean", "GPU utilization mean (%)", "%", False, None),
+        _aggregate("gpu_util_peak", "GPU utilization peak (%, all-GPU mean)", "%", False, None),
+        _aggregate("power_mean_w", "GPU power mean (W, all GPUs)", "W", False, None),
+        _aggregate("power_peak_w", "GPU power peak (W, all GPUs)", "W", False, None),
+        _aggregate(
+            "energy_per_output_token_j", "GPU energy per output token (J)", "J/tok", False, None
+        ),
+    )
+}
+"""GPU telemetry over the measured run (:mod:`pytest_kimi.telemetry_stats` defines each): on
+the layout's result, not in its :class:`~pytest_kimi.summary.Summary`. They describe (no SLO,
+no gate); lower energy per token is better, utilisation and power are for reading."""
+
+TELEMETRY_ROWS: tuple[str, ...] = tuple(TELEMETRY)
+"""Rows the comparison adds at the end when any layout was sampled."""
+
 COMPARISON_ROWS: tuple[str, ...] = (
     "completed", "failed", "duration",
     "input_throughput", "output_throughput", "total_throughput",
@@ -162,6 +181,8 @@ def metric(name: str) -> Metric:
     """The metric called ``name`` (``ttft_p95``, ``tpot_mean``, ``goodput``)."""
     if name in AGGREGATES:
         return AGGREGATES[name]
+    if name in TELEMETRY:
+        return TELEMETRY[name]
     match = _LATENCY_NAME.match(name)
     if match is None:
         raise UnknownMetric(f"unknown metric {name!r} (known: {known_names()})")

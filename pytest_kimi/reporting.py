@@ -68,7 +68,9 @@ def write(
     before_write(model)
     records = {r.name: r.records for r in results}
     counters = {r.name: r.replica_counters for r in results}
-    folder.write_comparison(model, render_markdown(model), render_html(model, records, counters))
+    telemetry = {r.name: r.telemetry_series for r in results}
+    html = render_html(model, records, counters, telemetry)
+    folder.write_comparison(model, render_markdown(model), html)
 
 
 def terminal_lines(model: dict[str, Any], results: Sequence[LayoutResult]) -> list[str]:

@@ -15,6 +15,7 @@ from pytest_kimi.slo import Slo, Verdict
 if TYPE_CHECKING:
     from pytest_kimi.report.replicacounters import ReplicaCounters
     from pytest_kimi.summary import Summary
+    from pytest_kimi.telemetry_stats import TelemetrySeries, TelemetrySummary
     from pytest_kimi.workload.records import RequestRecord
 
 
@@ -23,7 +24,8 @@ class LayoutResult:
     """One layout's outcome. ``summary`` is None when the run did not finish (``error`` says
     why); ``records`` keep every request, the unfinished ones marked. ``replica_counters``:
     each replica's requests and tokens over the measured run, from its own counters (real
-    SGLang names no replica per request)."""
+    SGLang names no replica per request). ``telemetry``: the GPU figures over the measured
+    run, where the nodes were sampled; ``telemetry_series`` the samples (for the plots)."""
 
     name: str
     label: str
@@ -34,6 +36,8 @@ class LayoutResult:
     notes: list[str] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list, repr=False)
     replica_counters: dict[str, ReplicaCounters] = field(default_factory=dict)
+    telemetry: TelemetrySummary | None = None
+    telemetry_series: TelemetrySeries | None = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:

@@ -20,6 +20,7 @@ from pytest_kimi.measure import measure, replica_endpoints
 from pytest_kimi.options import DEFAULT_CLUSTER, Options
 from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import RunFolder, new_run_id
+from pytest_kimi.telemetry import ATTACHED_NOTE
 
 if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
@@ -91,6 +92,7 @@ class Run:
         result = self._result(layout)
         if self.inputs.options.endpoint:
             self._manifest(layout, None, None)
+            result.notes.append(ATTACHED_NOTE)  # no nodes of ours: no GPU telemetry
             yield self.inputs.options.endpoint
         else:
             with bringup.deployment(

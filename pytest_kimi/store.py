@@ -1,8 +1,9 @@
 """The result folder, ``reports/<run-id>/``: the one module that writes and reads a run's files.
 
-Layout folders hold ``records.jsonl``, ``summary.json``, ``manifest.json`` and ``logs/``; the run
-folder holds ``comparison.md``, ``comparison.json`` and ``report.html``. Every file is written to
-a temporary name and renamed (:mod:`pytest_kimi.files`), so a crash never leaves half a file.
+Layout folders hold ``records.jsonl``, ``summary.json``, ``manifest.json``, ``logs/`` and, where
+the nodes' GPUs were sampled, ``telemetry.jsonl`` (appended as sampled); the run folder holds
+``comparison.md``, ``comparison.json`` and ``report.html``. Every other file is written to a
+temporary name and renamed (:mod:`pytest_kimi.files`), so a crash never leaves half a file.
 
 Reading back gives the same typed :class:`~pytest_kimi.result.LayoutResult` that was written,
 figures included, without recomputing them: the live report, the xdist controller's report and
@@ -11,6 +12,7 @@ figures included, without recomputing them: the live report, the xdist controlle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import sys
@@ -91,6 +93,8 @@ def summary_document(result: LayoutResult, backend: str, time_scale: float) -> d
         "notes": result.notes,
         "replica_counters": {k: c.to_dict() for k, c in result.replica_counters.items()},
     }
+    if result.telemetry is not None:
+        data["telemetry"] = result.telemetry.to_dict()
     if result.summary is not None:
         data.update(result.summary.to_dict())
         data["slo"] = [{**verdict_to_dict(v), "message": v.message()} for v in result.verdicts]
@@ -103,6 +107,7 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
     The summary's figures are the stored ones; ``records.jsonl`` is read for what needs every
     request (bootstrap intervals, plots)."""
     from pytest_kimi.report.replicacounters import ReplicaCounters
+    from pytest_kimi.telemetry_stats import TelemetrySummary, read_telemetry
     from pytest_kimi.workload.records import read_records
 
     summary_path = folder / "summary.json"
@@ -113,8 +118,13 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
             name: ReplicaCounters.from_dict(entry)
             for name, entry in (saved.get("replica_counters") or {}).items()
         }
+        telemetry = saved.get("telemetry")
+        telemetry = TelemetrySummary.from_dict(telemetry) if telemetry is not None else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SavedRunError(f"{summary_path}: not a saved layout result ({exc})") from None
+    series = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # plots only: optional
+        series = read_telemetry(folder / "telemetry.jsonl")
     records_path = folder / "records.jsonl"
     result = LayoutResult(
         name=saved.get("layout", folder.name),
@@ -125,6 +135,8 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         notes=list(saved.get("notes", [])),
         records=read_records(records_path) if records_path.exists() else [],
         replica_counters=counters,
+        telemetry=telemetry,
+        telemetry_series=series,
     )
     result.verdicts = [verdict_from_dict(e) for e in saved.get("slo", []) if "limit" in e]
     return result, saved
@@ -157,6 +169,10 @@ class RunFolder:
 
     def logs(self, layout: str) -> Path:
         return self.layout_dir(layout) / "logs"
+
+    def telemetry_path(self, layout: str) -> Path:
+        """GPU samples, appended while the layout runs (:mod:`pytest_kimi.telemetry`)."""
+        return self.layout_dir(layout) / "telemetry.jsonl"
 
     def journal_path(self, layout: str) -> Path:
         """Finished records, one flushed line each, while the run is going."""

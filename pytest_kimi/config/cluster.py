@@ -145,6 +145,14 @@ class MockConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """GPU telemetry during the measured run (``pytest_kimi.telemetry``)."""
+
+    enabled: bool = True
+    interval_s: float = 5.0  # wall seconds on the machine running pytest
+
+
+@dataclass(frozen=True)
 class PreflightConfig:
     """GPU pre-flight before launch: GPU count per node, and every GPU idle."""
 
@@ -173,6 +181,7 @@ class ClusterConfig:
     work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
     regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
     regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
 

@@ -27,6 +27,7 @@ from pytest_kimi.config.cluster import (
     RouterConfig,
     ServerConfig,
     SSHConfig,
+    TelemetryConfig,
     WorkloadConfig,
 )
 from pytest_kimi.config.errors import config_error
@@ -76,6 +77,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         work_dir=raw.work_dir,
         regression=dict(raw.regression),
         regression_thresholds=checks.regression_thresholds(src, raw.regression),
+        telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
         preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
         nvidia_smi=tuple(raw.nvidia_smi),
     )

@@ -244,6 +244,15 @@ class Mock(_Model):
     )
 
 
+class Telemetry(_Model):
+    """GPU telemetry during the measured run: nvidia-smi on every node, every interval_s."""
+
+    enabled: bool = Field(True, description="Sample the nodes' GPUs into telemetry.jsonl.")
+    interval_s: Seconds = Field(
+        5.0, description="Wall seconds (on the machine running pytest) between samples."
+    )
+
+
 class Preflight(_Model):
     """GPU pre-flight: before anything starts, every node's GPUs are counted and must be idle."""
 
@@ -285,6 +294,7 @@ class ClusterFile(_Model):
     )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
+    telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
     nvidia_smi: Argv = Field(
         default_factory=list,

@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         time_scale=float(first.get("time_scale") or 1.0),
     )
     html = render_html(
-        model, {r.name: r.records for r in results}, {r.name: r.replica_counters for r in results}
+        model,
+        {r.name: r.records for r in results},
+        {r.name: r.replica_counters for r in results},
+        {r.name: r.telemetry_series for r in results},
     )
     write_comparison(args.out, model, render_markdown(model), html)
     print(render_text(model))

@@ -28,18 +28,27 @@ ROWS: tuple[tuple[str, str, str], ...] = tuple(
 """(metric, row label, unit) of the table, from the catalogue."""
 
 
+def _described(names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((n, catalogue.metric(n).label, catalogue.metric(n).unit) for n in names)
+
+
 def _rows(results: Sequence[LayoutResult]) -> tuple[tuple[str, str, str], ...]:
     """The seed's rows, plus TTFAT and the reasoning split after the TTFT rows when any layout
-    streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens)."""
-    if not any(r.summary is not None and r.summary.total_reasoning_tokens > 0 for r in results):
-        return ROWS
-    at = max(i for i, (name, _, _) in enumerate(ROWS) if name.startswith("ttft_")) + 1
-    extra = tuple((n, catalogue.metric(n).label, catalogue.metric(n).unit)
-                  for n in catalogue.REASONING_ROWS)  # fmt: skip
-    return ROWS[:at] + extra + ROWS[at:]
+    streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens), plus
+    the GPU telemetry rows at the end when any layout's GPUs were sampled."""
+    rows = ROWS
+    if any(r.summary is not None and r.summary.total_reasoning_tokens > 0 for r in results):
+        at = max(i for i, (name, _, _) in enumerate(ROWS) if name.startswith("ttft_")) + 1
+        rows = ROWS[:at] + _described(catalogue.REASONING_ROWS) + ROWS[at:]
+    if any(r.telemetry is not None for r in results):
+        rows += _described(catalogue.TELEMETRY_ROWS)
+    return rows
 
 
-def _value(summary: Summary | None, metric: str) -> float | None:
+def _value(result: LayoutResult, metric: str) -> float | None:
+    if metric in catalogue.TELEMETRY:
+        return None if result.telemetry is None else result.telemetry.figure(metric)
+    summary: Summary | None = result.summary
     if summary is None:
         return None
     value = summary.metric(metric)
@@ -74,7 +83,7 @@ def build_comparison(
     }
     rows = []
     for metric, label, unit in _rows(results):
-        values = {r.name: _value(r.summary, metric) for r in results}
+        values = {r.name: _value(r, metric) for r in results}
         deltas = {r.name: relative_delta(values[r.name], values[ref.name]) for r in results[1:]}
         row = {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}
         row_ci = _intervals(metric, ref.name, results[1:], samples)
@@ -92,6 +101,7 @@ def build_comparison(
                 "notes": list(r.notes),
                 "summary": r.summary.to_dict() if r.summary else None,
                 "slo": [verdict_to_dict(v) for v in r.verdicts],
+                "telemetry": r.telemetry.to_dict() if r.telemetry else None,
             }
         )
     reasons = incomplete_reasons(results, stopped_early)
@@ -143,7 +153,7 @@ def _cell(value: float | None, unit: str) -> str:
         return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.2f} ms"
     if unit == "s":
         return f"{value:.2f} s"
-    if unit == "count":
+    if unit in ("count", "W"):
         return f"{value:.0f}"
     return f"{value:.2f}"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import matplotlib
@@ -26,9 +26,16 @@ import numpy as np
 from pytest_kimi.metrics import per_request_ms
 from pytest_kimi.report.comparison import backend_label, table_rows
 from pytest_kimi.report.replicacounters import ReplicaCounters
+from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
 from pytest_kimi.workload.records import RequestRecord
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from pytest_kimi.telemetry_stats import TelemetrySeries
+
 Counters = Mapping[str, Mapping[str, ReplicaCounters]]
+Telemetry = Mapping[str, "TelemetrySeries | None"]
 UNATTRIBUTED = "all replicas (not known per request)"
 
 PLOT_IDS = ("cdf-ttft", "cdf-tpot", "cdf-e2e", "timeline", "throughput")
@@ -124,37 +131,95 @@ def _timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 
 def _timeline_plot(
-    records: Mapping[str, Sequence[RequestRecord]], time_scale: float, counters: Counters
+    records: Mapping[str, Sequence[RequestRecord]],
+    time_scale: float,
+    counters: Counters,
+    telemetry: Telemetry,
 ) -> str:
+    """One timeline per layout; under it, where its GPUs were sampled, one small panel per
+    node on the same x axis (:mod:`pytest_kimi.report.telemetryplot`)."""
     layouts = [name for name, recs in records.items() if _timed(recs)]
-    height = 2.6 * max(1, len(layouts))
-    fig, axes = plt.subplots(
-        len(layouts), 1, figsize=(9, height), layout="constrained", squeeze=False
-    )
-    for ax, name in zip(axes[:, 0], layouts, strict=True):
-        measured = _timed(records[name])
-        start = min(r.send_time for r in measured)
-        y = 0
-        ticks = []
-        for rep, rows in timeline_rows(measured):
-            for r in rows:
-                send = (r.send_time - start) * time_scale
-                end = (r.end_time - start) * time_scale
-                first = (r.first_token_time - start) * time_scale if r.first_token_time else end
-                color = "tab:red" if not r.success else "tab:blue"
-                ax.plot([send, first], [y, y], color="tab:orange", lw=3)
-                ax.plot([first, end], [y, y], color=color, lw=3)
-                y += 1
-            ticks.append((y - len(rows) / 2, rep))
-            y += 2
-        ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-        title = f"{name}: waiting for first token (orange), decoding (blue)"
-        totals = _counter_totals(counters.get(name, {}))
-        if totals:
-            title += f"\nper replica, by its /metrics counters (not per request): {totals}"
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("cluster time since the first request (s)")
+    curves = {}
+    for name in layouts:
+        series = telemetry.get(name)
+        if series is not None and series.samples:
+            first = min(r.send_time for r in _timed(records[name]))
+            curves[name] = curves_for(series, first)
+    heights = []
+    for name in layouts:
+        heights += [2.6] + [PANEL_HEIGHT] * len(curves.get(name, {}))
+    fig = plt.figure(figsize=(9, sum(heights)), layout="constrained")
+    grid = iter(fig.add_gridspec(len(heights), 1, height_ratios=heights))
+    for name in layouts:
+        ax = fig.add_subplot(next(grid))
+        _draw_timeline(ax, name, _timed(records[name]), time_scale, counters)
+        node_axes = [fig.add_subplot(next(grid), sharex=ax) for _ in curves.get(name, {})]
+        for i, (node_ax, (node, curve)) in enumerate(
+            zip(node_axes, curves.get(name, {}).items(), strict=True)
+        ):
+            draw_node(node_ax, node, curve, legend=i == 0)
+        if node_axes:
+            ax.set_xlabel("")
+            for other in [ax, *node_axes[:-1]]:
+                other.tick_params(labelbottom=False)
+            node_axes[0].set_title(f"{name}: GPUs per node (band: min-max over the node's "
+                                   "GPUs)", fontsize=9)  # fmt: skip
+            node_axes[-1].set_xlabel("cluster time since the first request (s)")
+        ax.set_xlim(*_span(_timed(records[name]), time_scale))
     return _svg(fig)
+
+
+def _span(measured: Sequence[RequestRecord], time_scale: float) -> tuple[float, float]:
+    """The timeline's x range (the GPU panels, sampled before and after, are clipped to it)."""
+    start = min(r.send_time for r in measured)
+    end = max((r.end_time - start) * time_scale for r in measured if r.end_time is not None)
+    pad = 0.02 * max(end, 1e-9)
+    return -pad, end + pad
+
+
+def _draw_timeline(
+    ax: Axes,
+    name: str,
+    measured: Sequence[RequestRecord],
+    time_scale: float,
+    counters: Counters,
+) -> None:
+    start = min(r.send_time for r in measured)
+    y = 0
+    ticks = []
+    for rep, rows in timeline_rows(measured):
+        for r in rows:
+            send = (r.send_time - start) * time_scale
+            end = (r.end_time - start) * time_scale
+            first = (r.first_token_time - start) * time_scale if r.first_token_time else end
+            color = "tab:red" if not r.success else "tab:blue"
+            ax.plot([send, first], [y, y], color="tab:orange", lw=3)
+            ax.plot([first, end], [y, y], color=color, lw=3)
+            y += 1
+        ticks.append((y - len(rows) / 2, rep))
+        y += 2
+    ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+    title = f"{name}: waiting for first token (orange), decoding (blue)"
+    totals = _counter_totals(counters.get(name, {}))
+    if totals:
+        title += f"\nper replica, by its /metrics counters (not per request): {totals}"
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("cluster time since the first request (s)")
+
+
+def _telemetry_caption(records: Mapping[str, Sequence[RequestRecord]], telemetry: Telemetry) -> str:
+    """What the GPU panels show, and which layouts have none (their notes say why)."""
+    sampled = [name for name in records if (s := telemetry.get(name)) is not None and s.samples]
+    text = ""
+    if sampled:
+        text = ("Under each timeline, per node: GPU utilisation (line: mean over the node's "
+                "GPUs, band: min-max) and the node's total power (dashed, right axis), from "
+                "nvidia-smi samples on the same cluster-time axis")  # fmt: skip
+    missing = [name for name in records if name not in sampled]
+    if missing:
+        text += ("; " if text else "") + "no GPU telemetry for " + ", ".join(missing)
+        text += " (see the notes)"
+    return text
 
 
 def _throughput_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale: float) -> str:
@@ -183,9 +248,11 @@ def render_html(
     model: dict[str, Any],
     records: Mapping[str, Sequence[RequestRecord]],
     counters: Counters | None = None,
+    telemetry: Telemetry | None = None,
 ) -> str:
     """The page for ``model`` (from build_comparison), each layout's records and, where known,
-    each layout's per-replica counters (``LayoutResult.replica_counters``)."""
+    each layout's per-replica counters (``LayoutResult.replica_counters``) and GPU samples
+    (``LayoutResult.telemetry_series``)."""
     scale = model["time_scale"]
     samples = {name: per_request_ms(recs, time_scale=scale) for name, recs in records.items()}
     plots = []
@@ -201,8 +268,9 @@ def render_html(
             caption += (". Requests per replica by each replica's /metrics counters "
                         "(attribution by counters, not per request): ")  # fmt: skip
             caption += "; ".join(totals)
-        plots.append({"id": "timeline", "svg": _timeline_plot(records, scale, counters or {}),
-                      "caption": caption})  # fmt: skip
+        caption += ". " + _telemetry_caption(records, telemetry or {})
+        svg = _timeline_plot(records, scale, counters or {}, telemetry or {})
+        plots.append({"id": "timeline", "svg": svg, "caption": caption})
         plots.append({"id": "throughput", "svg": _throughput_plot(records, scale),
                       "caption": "output throughput over time"})  # fmt: skip
     header, body = table_rows(model)
