@@ -30,6 +30,7 @@ from pytest_kimi.progress.events import (
 from pytest_kimi.progress.model import LayoutView, NodeRow, ProgressModel, RunRow, rate_text
 
 STATE_STYLES = {"starting": "yellow", "healthy": "cyan", "ready": "green", "failed": "bold red"}
+BAR_WIDTH = 24
 REFRESH_PER_S = 2  # few frames: the render thread shares the GIL with the measuring client
 
 
@@ -125,7 +126,7 @@ def node_table(view: LayoutView, now: float) -> Table:
     rows = list(view.nodes.values())  # a copy: the run's thread may add a row meanwhile
     ready = sum(1 for r in rows if r.state == "ready")
     table = Table(
-        title=f"[kimi {view.name}] bring-up: {ready}/{len(rows)} ready",
+        title=Text(f"[kimi {view.name}] bring-up: {ready}/{len(rows)} ready"),  # no markup
         title_justify="left",
         expand=False,
     )
@@ -149,27 +150,27 @@ def _role(row: NodeRow) -> str:
 
 
 def run_bar(view: LayoutView, now: float) -> RenderableType:
-    """``wide ━━━━━━━━━━━━━━      30/60 · 2 in flight · 1234 tok/s · 12.3s cluster · 0
-    failed``: one line per layout being measured."""
+    """``[kimi wide] ━━━━━━━━━━━━╺━━━━━━━━━━━ 30/60 done · 2 in flight · 1234 out tok/s ·
+    12.3s cluster · 0 failed``: one line per layout being measured (elapsed and tokens/s in
+    cluster time)."""
     run = view.run
     if run is None:
         return Text(f"[kimi {view.name}] waiting for the first request")
     grid = Table.grid(padding=(0, 1))
-    for _ in range(3):
-        grid.add_column()
-    grid.add_row(
-        Text(f"[kimi {view.name}]"), ProgressBar(run.total, run.done, width=30), _figures(run, now)
-    )
-    return (
-        Group(grid, Text(f"  stopped: {run.error.splitlines()[0]}", style="red"))
-        if run.error
-        else grid
-    )
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True, overflow="ellipsis")
+    bar = ProgressBar(run.total, run.done, width=BAR_WIDTH)
+    grid.add_row(Text(f"[kimi {view.name}]"), bar, _figures(run, now))
+    if not run.error:
+        return grid
+    return Group(grid, Text(f"  stopped: {run.error.splitlines()[0]}", style="red"))
 
 
 def _figures(run: RunRow, now: float) -> Text:
+    """``30/60 done · 2 in flight · 1234 out tok/s · 12.3s cluster · 0 failed``"""
     text = Text(f"{run.done}/{run.total} done · {run.in_flight} in flight · ")
-    text.append(f"{rate_text(run.tokens_per_s(now))} output tok/s · ")
-    text.append(f"{run.cluster_elapsed_s(now):.1f}s cluster time · ")
+    text.append(f"{rate_text(run.tokens_per_s(now))} out tok/s · ")
+    text.append(f"{run.cluster_elapsed_s(now):.1f}s cluster · ")
     text.append(f"{run.failed} failed", style="red" if run.failed else "")
     return text

@@ -105,11 +105,7 @@ def _live(config: pytest.Config, write: Callable[[str], None]) -> tuple[Progress
     with uncaptured(config):
         fd = os.dup(1)
     stream = os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")
-    try:
-        width = os.get_terminal_size(fd).columns
-    except OSError:
-        width = 100
-    console = Console(file=stream, force_terminal=True, width=width)
+    console = Console(file=stream, force_terminal=True, width=terminal_width(fd))
 
     def end_pytest_line() -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -119,6 +115,21 @@ def _live(config: pytest.Config, write: Callable[[str], None]) -> tuple[Progress
                 reporter.flush()
 
     return LiveProgress(console, write=write, before_live=end_pytest_line), stream
+
+
+def terminal_width(fd: int, default: int = 100) -> int:
+    """``COLUMNS`` if set, else the terminal's width, else ``default`` (a pseudo-terminal
+    nobody sized reports 0 columns)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(fd).columns
+        except OSError:
+            columns = 0
+    return columns if columns > 0 else default
 
 
 class PauseLive:
