@@ -28,6 +28,7 @@ from pytest_kimi.progress.events import (
     NodeChanged,
 )
 from pytest_kimi.progress.model import LayoutView, NodeRow, ProgressModel, RunRow, rate_text
+from pytest_kimi.progress.plain import done_line
 
 STATE_STYLES = {"starting": "yellow", "healthy": "cyan", "ready": "green", "failed": "bold red"}
 BAR_WIDTH = 24
@@ -64,6 +65,10 @@ class LiveProgress:
                     self.write(event.text)
                 return
             self.model.apply(event)
+            if isinstance(event, LayoutDone) and self.model.layout(event.layout).run is None:
+                self.pause()  # nothing was measured: a line saying why, no empty bar
+                self.write(done_line(None, event))
+                return
             phase = "bringup" if isinstance(event, NodeChanged | BringUpDone) else "run"
             self._show(event.layout, phase)
             if isinstance(event, BringUpDone | LayoutDone):

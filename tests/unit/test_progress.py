@@ -194,6 +194,15 @@ def test_live_pause_stops_and_next_event_resumes():
     assert "0/20 done · 2 in flight" in console.export_text()
 
 
+def test_live_says_why_nothing_was_measured():
+    lines: list[str] = []
+    console = Console(record=True, force_terminal=True, width=100, color_system=None)
+    display = LiveProgress(console, write=lines.append, clock=lambda: 0.0, auto_refresh=False)
+    display.emit(LayoutDone("wide", error="warm-up request failed"))
+    assert lines == ["[kimi wide] not measured: warm-up request failed"]
+    assert display._live is None and console.export_text() == ""
+
+
 @pytest.mark.parametrize(
     ("mode", "isatty", "xdist", "verbosity", "dumb", "expected"),
     [
@@ -217,3 +226,20 @@ def test_terminal_width(monkeypatch):
     assert terminal_width(-1) == 133
     monkeypatch.delenv("COLUMNS")
     assert terminal_width(-1, default=90) == 90  # not a terminal
+
+
+def test_bringup_turns_deployment_states_into_events():
+    from types import SimpleNamespace
+
+    from pytest_kimi.bringup import node_events
+
+    seen: list = []
+    sink = SimpleNamespace(emit=seen.append, close=lambda: None)
+    spec = SimpleNamespace(name="replica1-node0", node=SimpleNamespace(name="n3"), role="server",
+                           replica=1, rank=0)  # fmt: skip
+    node_events("deep", sink)(spec, "failed", "exited with code 3")
+    [event] = seen
+    assert (event.layout, event.name, event.node, event.replica, event.rank) == (
+        "deep", "replica1-node0", "n3", 1, 0,
+    )  # fmt: skip
+    assert (event.state, event.detail) == ("failed", "exited with code 3")
