@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.executor import Executor
-    from pytest_kimi.deploy.plan import DeploymentPlan
+    from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.progress.events import Progress
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
 
@@ -37,13 +38,16 @@ def deployment(
     result: LayoutResult,
     say: Say,
     on_manifest: Callable[[DeploymentPlan | None, list[dict] | None], None],
+    progress: Progress | None = None,
 ) -> Iterator[DeploymentPlan]:
     """The layout's deployment, up and warm; yields its plan (``plan.endpoint`` is the router).
 
     ``on_manifest`` is called with what is known so far: the plan before launch, then the nodes'
-    environments once they are up."""
+    environments once they are up. ``progress`` gets each process's state and the end of
+    bring-up (warm-up done)."""
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
+    from pytest_kimi.progress.events import BringUpDone, NoProgress
 
     plan = plan_deployment(inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}")
     on_manifest(plan, None)
@@ -54,6 +58,7 @@ def deployment(
         folder.logs(layout.name),
         timeout_s=inputs.cluster.startup_timeout_s,
         progress=lambda m: say(f"[kimi {layout.name}] {m}"),
+        on_state=node_events(layout.name, progress or NoProgress()),
     )
     with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
@@ -65,6 +70,7 @@ def deployment(
         result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan)
+        (progress or NoProgress()).emit(BringUpDone(layout.name))
         with sampling(_sampler(inputs, executor, plan, folder, layout), result):
             yield plan  # measured while every node's GPUs are sampled
 
@@ -96,6 +102,19 @@ def _with_gpus(environments: list[dict], gpus: list[dict]) -> list[dict]:
         if env.get("node") in by_node:
             env["gpu_preflight"] = by_node[env["node"]]
     return environments
+
+
+def node_events(layout: str, progress: Progress) -> Callable[[ProcessSpec, str, str], None]:
+    """Deployment's ``on_state(spec, state, detail)`` as progress events of ``layout``."""
+    from pytest_kimi.progress.events import NodeChanged
+
+    def on_state(spec: ProcessSpec, state: str, detail: str = "") -> None:
+        progress.emit(
+            NodeChanged(layout, spec.name, spec.node.name, spec.role, spec.replica, spec.rank,
+                        state, detail)  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    return on_state
 
 
 def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:

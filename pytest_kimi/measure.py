@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.progress.events import Progress
     from pytest_kimi.report.replicacounters import Snapshot
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
@@ -40,12 +41,15 @@ def measure(
     say: Say,
     router_metrics_url: str | None = None,
     replica_urls: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
 
     ``replica_urls`` (replica name -> rank-0 base URL, :func:`replica_endpoints`): whose
-    counters give ``result.replica_counters``; none in attach mode."""
+    counters give ``result.replica_counters``; none in attach mode. ``progress`` sees the
+    measured requests start and finish (the caller reports the layout done)."""
     from pytest_kimi.metrics import summarize
+    from pytest_kimi.progress.events import NoProgress
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
     from pytest_kimi.workload.records import RecordJournal
 
@@ -65,29 +69,28 @@ def measure(
     started: list[RequestRecord] = []
     completed: set[int] = set()  # id() of records whose request ran to its end
     journal = RecordJournal(folder.journal_path(layout.name))
-    progress = _progress(layout.name, len(measured), say)
+    events = _RequestEvents(layout.name, progress or NoProgress(), started)
 
     def finished(record: RequestRecord) -> None:
         completed.add(id(record))
         journal.add(record)
-        if not record.warmup:
-            progress()
+        events.finished(record)
 
     router_before = _router_counters(router_metrics_url)
     urls = dict(replica_urls or {})
-    began = time.monotonic()
     try:
         records = []
         if warmup:  # apart, so the counters' first read comes after it
             records = asyncio.run(
                 run_requests(endpoint, [], options, warmup=warmup,
-                             on_start=started.append, on_done=finished)
+                             on_start=events.started, on_done=finished)
             )  # fmt: skip
         _stop_on_failed_warmup(records)
         counted_from = _snapshot(urls, router_metrics_url)
+        events.measuring(len(measured), inputs.time_scale)
         records += asyncio.run(
             run_requests(endpoint, measured, options,
-                         on_start=started.append, on_done=finished)
+                         on_start=events.started, on_done=finished)
         )  # fmt: skip
         if urls:
             from pytest_kimi.report.replicacounters import deltas
@@ -114,22 +117,34 @@ def measure(
         raise
     journal.discard()
     result.notes.extend(_router_notes(router_metrics_url, router_before))
-    say(
-        f"[kimi {layout.name}] measured {len(measured)} requests in "
-        f"{time.monotonic() - began:.1f}s wall"
-    )
 
 
-def _progress(name: str, total: int, say: Say) -> Callable[[], None]:
-    done = 0
+class _RequestEvents:
+    """The client's on_start/on_done as progress events (warm-up requests are not shown)."""
 
-    def step() -> None:
-        nonlocal done
-        done += 1
-        if done % 10 == 0 or done == total:
-            say(f"[kimi {name}] {done}/{total} requests done")
+    def __init__(self, layout: str, progress: Progress, started: list[RequestRecord]) -> None:
+        self.layout, self.progress, self.records = layout, progress, started
 
-    return step
+    def measuring(self, total: int, time_scale: float) -> None:
+        from pytest_kimi.progress.events import MeasureStarted
+
+        self.progress.emit(MeasureStarted(self.layout, total, time_scale))
+
+    def started(self, record: RequestRecord) -> None:
+        from pytest_kimi.progress.events import RequestStarted
+
+        self.records.append(record)
+        if not record.warmup:
+            self.progress.emit(RequestStarted(self.layout))
+
+    def finished(self, record: RequestRecord) -> None:
+        from pytest_kimi.progress.events import RequestFinished
+
+        if not record.warmup:
+            at = record.end_time if record.end_time is not None else time.perf_counter()
+            self.progress.emit(
+                RequestFinished(self.layout, record.output_tokens, record.success, at)
+            )
 
 
 def _keep_interrupted_run(

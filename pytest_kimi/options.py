@@ -146,11 +146,21 @@ def add_options(parser: pytest.Parser) -> None:
         help="local copy of the served model's tokenizer directory, for the chat template "
         "(default: server.args tokenizer-path, else server.model_path)",
     )
+    group.addoption(
+        "--kimi-progress",
+        dest="kimi_progress",
+        default=None,
+        choices=("auto", "live", "plain", "off"),
+        help="how progress is shown: a live display (bring-up per node, then requests, "
+        "tokens/s and cluster time per layout), plain lines, or none. Default auto: live on "
+        "a terminal, plain lines when output is not a terminal, under xdist, or with -qq",
+    )
     parser.addini("kimi_layout", "default for --layout")
     parser.addini("kimi_cluster", "default for --cluster")
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
     parser.addini("kimi_slo", "SLO overrides, one NAME=VALUE per line", type="linelist")
     parser.addini("kimi_endpoint", "default for --kimi-endpoint")
+    parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
 
 def _opt(config: pytest.Config, name: str) -> str | None:

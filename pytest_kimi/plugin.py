@@ -76,33 +76,20 @@ def _preflight_only(run: Run) -> None:
     pytest.exit("GPU pre-flight: clean; nothing was started", returncode=0)
 
 
-def _say(config: pytest.Config):
-    """Progress lines that reach the terminal even while output is captured."""
-
-    def say(message: str) -> None:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        capman = config.pluginmanager.get_plugin("capturemanager")
-        if reporter is None:
-            return
-        if capman is not None:
-            with capman.global_and_fixture_disabled():
-                reporter.write_line(message)
-        else:
-            reporter.write_line(message)
-
-    return say
-
-
 def run_of(config: pytest.Config) -> Run:
     """The session's run, loaded (and its inputs checked) on first use."""
     if RUN_KEY not in config.stash:
+        from pytest_kimi.progress.events import Message
+        from pytest_kimi.progress.terminal import display_for
         from pytest_kimi.run import Run, UsageProblem
 
+        display = display_for(config)  # live on a terminal, else lines (--kimi-progress)
         try:
             run = Run.load(
                 options.resolve(config),
                 dry_run=bool(config.getoption("kimi_dry_run")),
-                say=_say(config),
+                say=lambda text: display.emit(Message(text)),
+                progress=display,
                 on_result=lambda result: config.hook.pytest_kimi_layout_result(
                     config=config, result=result
                 ),

@@ -18,6 +18,8 @@ from pytest_kimi.inputs import Inputs, UsageProblem, load_inputs
 from pytest_kimi.manifest import manifest
 from pytest_kimi.measure import measure, replica_endpoints
 from pytest_kimi.options import DEFAULT_CLUSTER, Options
+from pytest_kimi.progress.events import LayoutDone, Progress
+from pytest_kimi.progress.plain import PlainProgress
 from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import RunFolder, new_run_id
 from pytest_kimi.telemetry import ATTACHED_NOTE
@@ -39,9 +41,12 @@ class Run:
         say: Callable[[str], None] = print,
         on_result: Callable[[LayoutResult], None] = lambda result: None,
         on_comparison: Callable[[dict[str, Any]], None] = lambda model: None,
+        progress: Progress | None = None,
     ) -> None:
         self.inputs = inputs
         self.say = say
+        # bring-up and measuring report events here; without a display, lines through say
+        self.progress: Progress = progress if progress is not None else PlainProgress(say)
         self.on_result, self.on_comparison = on_result, on_comparison
         self.results: dict[str, LayoutResult] = {}  # measured (or failed) in this process
         self.stopped_early = ""  # why the session stopped before every test ran (Ctrl-C, -x)
@@ -98,6 +103,7 @@ class Run:
             with bringup.deployment(
                 self.inputs, layout, self.folder, result, self.say,
                 on_manifest=lambda plan, nodes: self._manifest(layout, plan, nodes),
+                progress=self.progress,
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
                 yield plan.endpoint
@@ -113,9 +119,10 @@ class Run:
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
                     plan.router_metrics_url if plan is not None else None,
-                    replica_endpoints(plan))  # fmt: skip
+                    replica_endpoints(plan), progress=self.progress)  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
+            self.progress.emit(LayoutDone(layout.name, error=result.error))
             self.folder.write_summary(result, self.inputs.backend, self.time_scale)
         return result
 

@@ -47,9 +47,12 @@ class Deployment:
         timeout_s: float,
         grace_s: float = 10.0,
         progress: Callable[[str], None] = lambda message: None,
+        on_state: Callable[[ProcessSpec, str, str], None] = lambda spec, state, detail: None,
     ) -> None:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
         self.timeout_s, self.grace_s, self.progress = timeout_s, grace_s, progress
+        # each process's bring-up state: starting, healthy, ready, failed (with a URL / reason)
+        self.on_state = on_state
         self.handles: dict[str, Handle] = {}
         self.launching: ProcessSpec | None = None  # between "start it" and "got its handle"
         self.poll_s = getattr(executor, "poll_s", POLL_S)
@@ -67,13 +70,14 @@ class Deployment:
         self.check_ports()
         for spec in self.plan.servers:
             self._launch(spec)
-        self.progress(f"all {len(self.plan.servers)} server processes started; waiting for rank 0s")
         with httpx.Client(timeout=5.0, trust_env=False) as http:
             for spec in self.plan.rank0():
                 where = f"replica {spec.replica} (node {spec.node.name}) not healthy at"
                 for url in (spec.url + "/health", spec.url + "/get_model_info"):
                     self._wait(http, spec, answers_200(url), f"{where} {url}", deadline)
-                self.progress(f"replica {spec.replica} healthy at {spec.url}")
+                for member in self.plan.servers:  # rank 0 serves once every rank has joined
+                    if member.replica == spec.replica:
+                        self.on_state(member, "healthy", spec.url)
             router, url = self.plan.router, self.plan.router.url + "/readiness"
             self._launch(router)
             ready = router_counts(url, len(self.plan.rank0()))
@@ -84,7 +88,7 @@ class Deployment:
                 known = router_metrics_known(metrics)
                 self._wait(http, router, known, f"router metrics not served at {metrics}", deadline)
         self.ready_s = time.monotonic() - self.started_at
-        self.progress(f"router ready at {self.plan.endpoint} after {self.ready_s:.1f}s")
+        self.on_state(self.plan.router, "ready", self.plan.endpoint)
 
     def check_ports(self) -> None:
         """Before starting anything: every port we will listen on must be free on its node."""
@@ -110,7 +114,7 @@ class Deployment:
         handle = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
         self.handles[spec.name] = handle
         self.launching = None
-        self.progress(f"{spec.name} started on {spec.node.name} (pgid {handle.pgid})")
+        self.on_state(spec, "starting", f"pgid {handle.pgid}")
 
     def check_processes(self) -> None:
         """Raise :class:`BringUpError` if any started process has exited."""
@@ -120,6 +124,7 @@ class Deployment:
                 spec = handle.spec
                 where = f"replica {spec.replica} " if spec.replica is not None else ""
                 tail = self.executor.log_tail(handle, 50)
+                self.on_state(spec, "failed", f"exited with code {code}")
                 raise BringUpError(
                     f"{spec.name} ({where}node {spec.node.name}, {spec.node.host}) exited with "
                     f"code {code} during start-up; last lines of its log:\n{tail}"
@@ -139,11 +144,13 @@ class Deployment:
             from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
 
             version = router_version(self.executor, spec) if spec.role == "router" else "?"
+            self.on_state(spec, "failed", f"answered in a format we do not understand: {exc}")
             raise BringUpError(
                 f"{what}: {version} answered in a format we do not understand (we support "
                 f"sglang-router {SUPPORTED_ROUTER}): {exc}"
             ) from None
         if last is not None:
+            self.on_state(spec, "failed", f"not ready after {self.timeout_s:g}s ({last})")
             raise BringUpError(
                 f"{what} after {self.timeout_s:g}s ({last}); last lines of its log:\n"
                 + self.executor.log_tail(self.handles[spec.name], 50)

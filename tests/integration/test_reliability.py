@@ -185,7 +185,7 @@ def test_interrupt_during_bring_up_stops_everything_and_keeps_an_incomplete_repo
         "  - {name: n3, host: 127.0.0.1, gpus: 4}",
         "  - {name: n3, host: 127.0.0.1, gpus: 4, env: {KIMI_MOCK_FAULT: health=fail}}",
     )
-    code, text = _signal_when(project, stuck, lambda log, out: "replica 0 healthy" in log, sig)
+    code, text = _signal_when(project, stuck, lambda log, out: " healthy after " in log, sig)
     assert code == pytest.ExitCode.INTERRUPTED, text
     assert "torn down" in text and "router ready" not in text
     assert leftovers(project.path) == []
