@@ -65,7 +65,9 @@ def deployment(
         on_manifest(plan, gpus or None)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
         dep.start()
-        environments = _with_gpus(_node_environments(inputs, executor, plan), gpus)
+        environments = _with_gpus(
+            _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}"), gpus
+        )
         on_manifest(plan, environments)
         result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
@@ -179,23 +181,24 @@ def _teardown(
             raise interrupt(dep.held_signal)
 
 
-def _node_environments(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[dict]:
+def _node_environments(
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, scope: str
+) -> list[dict]:
     """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set; the router's
     node also the versions its own interpreter sees (``router_software``), each replica's
-    head the version its SGLang states over HTTP (``sglang_server_version``)."""
-    from pytest_kimi.deploy.envinfo import interpreter, node_environment, server_version, software
+    head the version its SGLang states over HTTP (``sglang_server_version``). Versions are
+    asked the way each process runs (its environment, setup lines and container)."""
+    from pytest_kimi.deploy.envinfo import node_environment, server_version, software
+    from pytest_kimi.deploy.gpus import smi_command
 
     seen: dict[str, dict] = {}
     for spec in plan.processes:
         if spec.node.name in seen:
             continue
-        cfg = inputs.cluster.router if spec.role == "router" else inputs.cluster.server
-        python = (*cfg.wrapper, cfg.python)
-        seen[spec.node.name] = node_environment(executor, spec.node, python, spec.env)
+        smi = smi_command(inputs.cluster, spec.node, scope)
+        seen[spec.node.name] = node_environment(executor, spec, smi)
     router = plan.router
-    seen[router.node.name]["router_software"] = software(
-        executor, router.node, interpreter(router), router.env
-    )
+    seen[router.node.name]["router_software"] = software(executor, router)
     for spec in plan.rank0():
         seen[spec.node.name]["sglang_server_version"] = server_version(spec.url)
     return list(seen.values())

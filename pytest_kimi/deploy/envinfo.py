@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from pytest_kimi.config import Node
 from pytest_kimi.deploy.executor import Executor
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.deploy.secrets import SECRET_NAME, redact_env
+from pytest_kimi.deploy.secrets import redact_env
 
 PACKAGES = ("sglang", "sglang_router", "pytest_kimi", "torch")
 
@@ -48,25 +47,24 @@ print(json.dumps(out))
 """
 
 
-def probe_command(python: Sequence[str], env: Mapping[str, str], packages: Sequence[str]) -> str:
-    """The shell command that prints ``{"python": ..., package: version or None}`` as JSON,
-    run under ``env`` (secret-looking variables left out: they never change a version, and
-    a command line is visible to every user of the node)."""
-    safe = {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
-    prefix = ["env", *(f"{k}={v}" for k, v in safe.items())] if safe else []
-    return shlex.join([*prefix, *python, "-c", _PROBE % (tuple(packages),)])
+def probe_command(python: Sequence[str], packages: Sequence[str]) -> str:
+    """The shell command that prints ``{"python": ..., package: version or None}`` as JSON.
+    No environment on it: the executor runs it in the process's own environment
+    (:meth:`~pytest_kimi.deploy.executor.Executor.run_as`)."""
+    return shlex.join([*python, "-c", _PROBE % (tuple(packages),)])
 
 
 def software(
     executor: Executor,
-    node: Node,
-    python: Sequence[str],
-    env: Mapping[str, str],
+    spec: ProcessSpec,
+    python: Sequence[str] | None = None,
     timeout: float = 60,
 ) -> dict[str, Any] | str:
-    """Versions as ``python`` sees them on ``node``; a failed probe is a string saying why."""
+    """Versions as ``spec``'s process sees them (its interpreter, environment, setup lines
+    and container); a failed probe is a string saying why."""
+    command = probe_command(python or interpreter(spec), PACKAGES)
     try:
-        code, text = executor.run(node, probe_command(python, env, PACKAGES), timeout)
+        code, text = executor.run_as(spec, command, timeout)
     except Exception as exc:
         return f"(probe failed: {exc})"
     try:
@@ -86,7 +84,7 @@ def interpreter(spec: ProcessSpec) -> tuple[str, ...]:
 def router_version(executor: Executor, spec: ProcessSpec, timeout: float = 30) -> str:
     """``sglang-router X.Y.Z`` as the router's own interpreter imports it, or why unknown;
     for error messages, so never raises."""
-    found = software(executor, spec.node, interpreter(spec), spec.env, timeout)
+    found = software(executor, spec, timeout=timeout)
     if isinstance(found, str):
         return f"sglang-router version unknown {found}"
     version = found.get("sglang_router")
@@ -96,14 +94,20 @@ def router_version(executor: Executor, spec: ProcessSpec, timeout: float = 30) -
 
 
 def node_environment(
-    executor: Executor, node: Node, python: tuple[str, ...], env: Mapping[str, str]
+    executor: Executor, spec: ProcessSpec, smi: Sequence[str] = ("nvidia-smi",)
 ) -> dict[str, Any]:
-    """Probe one node; a failed probe is recorded as such, never raised."""
-    out: dict[str, Any] = {"node": node.name, "host": node.host, "env_set": redact_env(env)}
+    """Probe the node of ``spec``; a failed probe is recorded as such, never raised."""
+    node = spec.node
+    out: dict[str, Any] = {
+        "node": node.name,
+        "host": node.host,
+        "env_set": redact_env(spec.launch_env, spec.secret_env.keys()),
+    }
+    tool = shlex.join(smi)
     probes = {
         "hostname": "hostname",
-        "nvidia_smi_l": "nvidia-smi -L 2>/dev/null || echo 'nvidia-smi: not available'",
-        "driver": "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null"
+        "nvidia_smi_l": f"{tool} -L 2>/dev/null || echo 'nvidia-smi: not available'",
+        "driver": f"{tool} --query-gpu=driver_version --format=csv,noheader 2>/dev/null"
         " | head -n 1 || true",
     }
     for key, command in probes.items():
@@ -113,7 +117,7 @@ def node_environment(
             out[key] = f"(probe failed: {exc})"
             continue
         out[key] = text.strip() or None
-    out["software"] = software(executor, node, python, env)
+    out["software"] = software(executor, spec)
     return out
 
 

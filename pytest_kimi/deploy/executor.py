@@ -44,6 +44,9 @@ class Executor(Protocol):
     def log_size(self, handle: Handle) -> int | None: ...
     def fetch_log(self, handle: Handle, dest: Path) -> None: ...
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
+    def run_as(
+        self, spec: ProcessSpec, command: str, timeout: float | None = None
+    ) -> tuple[int, str]: ...
     def port_in_use(self, node: Node, port: int) -> bool: ...
     def cleanup(self, handles: list[Handle]) -> list[str]: ...
     def close(self) -> None: ...
@@ -85,6 +88,30 @@ class LocalExecutor:
                 text=True,
                 timeout=timeout or 60,
                 stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return 124, f"timed out: {command}"
+        return done.returncode, done.stdout + done.stderr
+
+    def run_as(
+        self, spec: ProcessSpec, command: str, timeout: float | None = None
+    ) -> tuple[int, str]:
+        """``command`` as ``spec``'s process would run: its environment (through
+        ``subprocess``, never a command line) and its setup lines first."""
+        from pytest_kimi.deploy.remote import setup_lines
+
+        script = command
+        if spec.setup:
+            where = "router.setup" if spec.role == "router" else "server.setup"
+            script = setup_lines(spec.setup, where) + "\n" + command
+        try:
+            done = subprocess.run(
+                ["sh", "-c", script],
+                capture_output=True,
+                text=True,
+                timeout=timeout or 60,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **spec.launch_env},
             )
         except subprocess.TimeoutExpired:
             return 124, f"timed out: {command}"

@@ -164,11 +164,9 @@ def mock_gpu_dir(cluster: ClusterConfig, node: Node, scope: str | None) -> str |
     return f"{root}/{scope}/{node.name}" if scope else None
 
 
-def smi_command(
-    cluster: ClusterConfig, node: Node, scope: str, smi: Sequence[str] = ()
-) -> list[str]:
-    """The ``nvidia-smi`` to run on ``node``: ``smi`` (the cluster's ``nvidia_smi:``) or the
-    real one on a real cluster, the mock's stand-in (driven by the mock servers' own load)
+def smi_command(cluster: ClusterConfig, node: Node, scope: str) -> list[str]:
+    """The ``nvidia-smi`` to run on ``node``: the cluster's ``nvidia_smi:`` or the plain
+    ``nvidia-smi`` on a real cluster, the mock's stand-in (driven by the mock servers' own load)
     when the servers are the mock.
 
     ``scope`` is ``<run folder name>/<layout>``, the same tag the SSH executor uses for its

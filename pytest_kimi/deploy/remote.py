@@ -82,6 +82,17 @@ def process_script(spec: ProcessSpec, files: RemoteFiles, env_file: str | None) 
     return "\n".join(parts)
 
 
+def probe_script(spec: ProcessSpec, command: str, env_file: str | None) -> str:
+    """A short ``command`` in the process's own shell set-up: the environment from
+    ``env_file`` (sourced and removed), the setup lines, then ``command``."""
+    parts = [source_env(env_file)] if env_file else []
+    if spec.setup:
+        where = "router.setup" if spec.role == "router" else "server.setup"
+        parts.append(setup_lines(spec.setup, where))
+    parts.append(command)
+    return "\n".join(parts)
+
+
 def start(spec: ProcessSpec, files: RemoteFiles, env_file: str | None = None) -> str:
     """Start ``spec`` detached in its own session; prints (and records) its group id."""
     script = process_script(spec, files, env_file)

@@ -20,6 +20,7 @@ a key passphrase is read from the environment variable the YAML names and goes n
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,7 +71,7 @@ class SSHExecutor:
         self.run_tag = run_tag
         self.environ = os.environ if environ is None else environ
         self._started_boxes: dict[str, tuple[Node, container.Box]] = {}  # run mode: ours
-        self._env_files: dict[str, tuple[Node, str]] = {}  # written, maybe not yet read
+        self._env_files: dict[str, tuple[str, Node]] = {}  # path -> (process, node): maybe unread
         self._conns: dict[str, fabric.Connection] = {}
         self._keys: dict[str, paramiko.PKey] = {}
         self._unreachable: dict[str, NodeError] = {}  # a node that failed to connect, once
@@ -201,10 +202,30 @@ class SSHExecutor:
         box = self._box(spec)
         return self.run(spec.node, command if box is None else container.exec_in(box, command))
 
+    def run_as(
+        self, spec: ProcessSpec, command: str, timeout: float | None = None
+    ) -> tuple[int, str]:
+        """``command`` as ``spec``'s process would run: its environment (from a 0600 file the
+        shell sources and removes, never the command line), its setup lines, in its container.
+        For probes (versions) after bring-up."""
+        code, out = self.run(spec.node, remote.mkdir(self.remote_dir))
+        if code != 0:
+            raise NodeError(f"node {spec.node.name}: cannot create {self.remote_dir}: {out}")
+        env_file = self._files(spec).env + ".probe" if spec.launch_env else None
+        if env_file:
+            self._write_env(spec, env_file)
+        box = self._box(spec)
+        script = remote.probe_script(spec, command, None if box else env_file)
+        if box is None:
+            return self.run(spec.node, f"sh -c {shlex.quote(script)}", timeout)
+        inside = container.exec_in(box, f"sh -c {shlex.quote(script)}", spec.launch_env)
+        wrapped = container.with_env_file(env_file, inside) if env_file else inside
+        return self.run(spec.node, wrapped, timeout)
+
     def _write_env(self, spec: ProcessSpec, path: str) -> None:
         """The process's environment, in a file only its owner can read: made 0600 before a
         byte of it is written (the run folder is 0700 too)."""
-        self._env_files[spec.name] = (spec.node, path)
+        self._env_files[path] = (spec.name, spec.node)
         try:
             sftp = self.connection(spec.node).sftp()
             with sftp.open(path, "w") as fh:
@@ -320,7 +341,7 @@ class SSHExecutor:
         """After the processes are stopped: remove environment files not yet read and the
         containers we started; name whatever is left, or could not be checked."""
         left: list[str] = []
-        for name, (node, path) in self._env_files.items():
+        for path, (name, node) in self._env_files.items():
             try:
                 code, out = self.run(node, remote.remove_files([path]))
             except NodeError as exc:

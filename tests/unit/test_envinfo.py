@@ -79,19 +79,29 @@ def _fake_package(tmp_path: Path, version: str) -> Path:
 
 def test_versions_are_those_the_process_own_interpreter_and_environment_import(tmp_path):
     env = {"PYTHONPATH": str(_fake_package(tmp_path, "7.7.7")), "HF_TOKEN": "hunter2"}
-    command = probe_command([sys.executable], env, ["sglang_router"])
-    assert "hunter2" not in command and "HF_TOKEN" not in command
-    found = software(LocalExecutor(), NODE, [sys.executable], env)
+    command = probe_command([sys.executable], ["sglang_router"])
+    assert "hunter2" not in command and "PYTHONPATH" not in command  # no value on a command line
+    spec = ProcessSpec(
+        "router", NODE, ("nice", sys.executable, "-m", "sglang_router.launch_router"), env
+    )
+    found = software(LocalExecutor(), spec, [sys.executable])
     assert isinstance(found, dict)
     assert found["sglang_router"] == "7.7.7"
     assert found["python"] == f"{sys.version_info.major}.{sys.version_info.minor}." + str(
         sys.version_info.micro
     )
-    spec = ProcessSpec(
-        "router", NODE, ("nice", sys.executable, "-m", "sglang_router.launch_router"), env
-    )
     assert interpreter(spec) == ("nice", sys.executable)
     assert router_version(LocalExecutor(), spec) == "sglang-router 7.7.7"
+
+
+def test_versions_are_probed_after_the_process_setup_lines(tmp_path):
+    """A venv activated by a setup line decides what the process imports: probe after it."""
+    package_dir = _fake_package(tmp_path, "8.8.8")
+    spec = ProcessSpec(
+        "router", NODE, (sys.executable, "-m", "sglang_router.launch_router"),
+        setup=(f"export PYTHONPATH={package_dir}",),
+    )  # fmt: skip
+    assert router_version(LocalExecutor(), spec) == "sglang-router 8.8.8"
 
 
 def test_a_failed_version_probe_says_why_and_never_raises():

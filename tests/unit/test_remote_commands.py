@@ -130,3 +130,16 @@ def test_status_parsing_and_signal_names():
     assert remote.parse_pid("noise\n123\n") == 123 and remote.parse_pid("") is None
     with pytest.raises(ValueError):
         remote.signal_group(1, "HUP; rm -rf /")
+
+
+def test_a_probe_runs_with_the_process_environment_and_setup_and_removes_the_file(tmp_path: Path):
+    secret = "hf_probe_secret_4411"
+    spec = ProcessSpec(
+        "p2", Node("n0", "127.0.0.1", 1), ("true",), env={"A": "from-env"},
+        secret_env={"HF_TOKEN": secret}, setup=("export B=from-setup",),
+    )  # fmt: skip
+    files = remote.RemoteFiles.of(str(tmp_path), spec)
+    script = remote.probe_script(spec, 'echo "$A $B ${#HF_TOKEN}"', _write_env(spec, files))
+    assert secret not in script and "from-env" not in script
+    assert _sh(script, "dash") == f"from-env from-setup {len(secret)}\n"
+    assert not Path(files.env).exists()
