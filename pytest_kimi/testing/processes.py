@@ -110,6 +110,19 @@ def signal_when(
             proc.send_signal(sig)
             code = proc.wait(timeout=timeout_s)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            _stop(proc, timeout_s)
     return code, log.read_text(errors="replace")
+
+
+def _stop(proc: subprocess.Popen, timeout_s: float) -> None:
+    """A run the test gave up on still tears down: SIGTERM first (the harness stops every
+    node's processes on it), SIGKILL only if it does not exit. Killing it outright would leave
+    its servers running on the nodes and fail every later test on "port in use"."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
