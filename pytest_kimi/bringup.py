@@ -61,8 +61,16 @@ def deployment(
         on_state=node_events(layout.name, progress or NoProgress()),
     )
     with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+        addrs = node_addresses(inputs, executor, say)
+        if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
+            plan = dep.plan = plan_deployment(
+                inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}", addrs=addrs
+            )
+            on_manifest(plan, None)
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
+        network_preflight(executor, plan, say)
+        check_router_version(inputs, executor, plan)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
         dep.start()
         environments = _with_gpus(
@@ -95,6 +103,47 @@ def gpu_preflight(
     return [
         {"node": r.node.name, "host": r.node.host, "gpu_preflight": r.manifest()} for r in reports
     ]
+
+
+def node_addresses(inputs: Inputs, executor: Executor, say: Say) -> dict[str, str]:
+    """The nodes' data-network addresses, resolved on the nodes that have no ``addr``; a
+    loopback or unresolvable one is a :class:`~pytest_kimi.deploy.network.NetworkError`."""
+    from pytest_kimi.deploy import network
+
+    addrs = network.node_addresses(inputs.cluster, executor)
+    if addrs:
+        say("[kimi] addresses resolved on the nodes: "
+            + ", ".join(f"{name} {addr}" for name, addr in addrs.items()))  # fmt: skip
+    return addrs
+
+
+def network_preflight(executor: Executor, plan: DeploymentPlan, say: Say) -> None:
+    """Every peer reaches its replica head, the router each head, this machine the router
+    (TCP probes from the nodes; :mod:`pytest_kimi.deploy.network`), or one error naming all."""
+    from pytest_kimi.deploy import network
+
+    count = network.check_reachable(plan, executor)
+    if count:
+        say(f"[kimi {plan.layout.name}] network pre-flight: {count} connection(s) reachable")
+
+
+def check_router_version(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> None:
+    """The router on its node is a version whose answers and counters we parse
+    (:data:`~pytest_kimi.deploy.readiness.SUPPORTED_ROUTER`), or nothing starts; with
+    ``router.allow_unknown_version: true`` it starts and the layout's notes say so."""
+    from pytest_kimi.deploy.envinfo import RouterVersionError, router_version_problem, software
+    from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
+
+    router = inputs.cluster.router
+    if router.allow_unknown_version or not router.module.startswith("sglang_router"):
+        return
+    found = software(executor, plan.router, packages=("sglang_router",))
+    problem = router_version_problem(found, SUPPORTED_ROUTER)
+    if problem:
+        raise RouterVersionError(
+            f"router on node {plan.router.node.name}: {problem}; nothing was started. Install "
+            f"sglang-router{SUPPORTED_ROUTER} there, or set router.allow_unknown_version: true"
+        )
 
 
 def _with_gpus(environments: list[dict], gpus: list[dict]) -> list[dict]:

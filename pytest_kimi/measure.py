@@ -248,8 +248,10 @@ def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapsh
 def _router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> list[str]:
     from pytest_kimi.report.routermetrics import notes
 
-    if before is None:
+    if url is None:  # not a router of ours (attached to an endpoint)
         return []
+    if before is None:
+        return ["router metrics unavailable before the run: retries were not checked"]
     after = _router_counters(url)
     if after is None:
         return ["router metrics unavailable after the run: retries were not checked"]

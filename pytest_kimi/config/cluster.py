@@ -40,6 +40,7 @@ class Node:
     gpus: int
     ssh: SSHConfig = field(default_factory=SSHConfig)
     env: Mapping[str, str] = field(default_factory=dict)  # this node's extra server environment
+    addr: str | None = None  # data-network address; None: resolved on the node at bring-up
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class RouterConfig:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
     setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
     container: ContainerConfig | None = None
+    allow_unknown_version: bool = False  # start a router outside SUPPORTED_ROUTER (with a note)
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,21 @@ class PreflightConfig:
 
 
 @dataclass(frozen=True)
+class NetworkConfig:
+    """The data network (``pytest_kimi.deploy.network``)."""
+
+    interface: str | None = None  # GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of every server
+    preflight: bool = True  # addresses and TCP reachability checked before launch
+    probe_timeout_s: float = 3.0
+
+    def socket_env(self) -> dict[str, str]:
+        """The variables that pin Gloo's and NCCL's sockets to the data network."""
+        if self.interface is None:
+            return {}
+        return {"GLOO_SOCKET_IFNAME": self.interface, "NCCL_SOCKET_IFNAME": self.interface}
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A whole cluster file, validated."""
 
@@ -184,6 +201,7 @@ class ClusterConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     @property
     def time_scale(self) -> float:

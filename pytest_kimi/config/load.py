@@ -22,6 +22,7 @@ from pytest_kimi.config.cluster import (
     ContainerConfig,
     Layout,
     MockConfig,
+    NetworkConfig,
     Node,
     PreflightConfig,
     RouterConfig,
@@ -32,6 +33,22 @@ from pytest_kimi.config.cluster import (
 )
 from pytest_kimi.config.errors import config_error
 from pytest_kimi.yamlfile import Located, read_yaml
+
+# sglang-router 0.3.x defaults retry a failed request up to 5 times with back-off, open a circuit
+# breaker after 10 failures, and health-check every 60 s with a 5 s timeout, dropping a worker
+# after 3 failed checks in a row. SGLang 0.5.9's /health generates one token and waits up to
+# SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for any output: behind 16K-token prefills a busy replica
+# answers late, not never. For a benchmark: no retries and no circuit breaker (a failure is
+# counted as one, not hidden in a slower success or a silently smaller deployment), a
+# health-check timeout (60 s) longer than SGLang's own 20 s so the server's verdict, not the
+# router's clock, decides, and 10 failed checks in a row (about 10 minutes at the 60 s interval)
+# before a worker is dropped. A dead worker is still seen at once: its requests fail.
+ROUTER_BENCHMARK_ARGS: dict[str, str | int | float | bool] = {
+    "disable-retries": True,
+    "disable-circuit-breaker": True,
+    "health-check-timeout-secs": 60,
+    "health-failure-threshold": 10,
+}
 
 
 def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> ClusterConfig:
@@ -80,6 +97,9 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
         preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
         nvidia_smi=tuple(raw.nvidia_smi),
+        network=NetworkConfig(
+            raw.network.interface, raw.network.preflight, raw.network.probe_timeout_s
+        ),
     )
 
 
@@ -87,7 +107,9 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
     """A node's SSH settings: the cluster's defaults, overridden by what the node sets."""
     own = node.ssh.model_dump(include=node.ssh.model_fields_set)
     ssh = SSHConfig(**{**defaults.model_dump(), **own})
-    return Node(name=node.name, host=node.host, gpus=node.gpus, ssh=ssh, env=dict(node.env))
+    return Node(
+        name=node.name, host=node.host, gpus=node.gpus, ssh=ssh, env=dict(node.env), addr=node.addr
+    )
 
 
 def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
@@ -163,7 +185,7 @@ def _router(
         port=_port(router.port),
         prometheus_port=_port(router.prometheus_port),
         policy=router.policy,
-        args=dict(router.args),
+        args=router_args(router.args),
         env=dict(router.env),
         wrapper=tuple(router.wrapper),
         model_mount=router.model_mount,
@@ -171,7 +193,22 @@ def _router(
         secret_env=secret_env,
         setup=tuple(router.setup),
         container=_container(router.container),
+        allow_unknown_version=router.allow_unknown_version,
     )
+
+
+def router_args(
+    given: Mapping[str, str | int | float | bool],
+) -> dict[str, str | int | float | bool]:
+    """The router's flags: :data:`ROUTER_BENCHMARK_ARGS`, then what the file gives (which wins;
+    ``false`` removes a flag). A file that tunes retries (any ``retry-*``) or the circuit
+    breaker (any ``cb-*``) asked for them: the matching ``disable-*`` default is dropped."""
+    args = dict(ROUTER_BENCHMARK_ARGS)
+    for prefix, flag in (("retry-", "disable-retries"), ("cb-", "disable-circuit-breaker")):
+        if any(name.startswith(prefix) for name in given):
+            args.pop(flag, None)
+    args.update(given)
+    return args
 
 
 def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:

@@ -86,6 +86,10 @@ class Container(_Model):
 
 
 ARGS = "Command-line flags without leading dashes: flag-name: value (true = a bare flag)."
+ROUTER_ARGS = (
+    ARGS + " Added to the benchmarking defaults (docs/cluster-file.md#router); false removes "
+    "one; any retry-* or cb-* flag given turns the matching disable-* default off."
+)
 SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
 
 
@@ -112,7 +116,13 @@ class NodeModel(_Model):
     model_config = ConfigDict(title="Node")
 
     name: NodeName = Field(description="Unique plain name (letters, digits, . _ -).")
-    host: Text = Field(description="Address or host name to reach the node at.")
+    host: Text = Field(description="SSH target: address, host name or ~/.ssh/config alias.")
+    addr: Text | None = Field(
+        None,
+        description="Data-network address: servers bind it and peers, the router and the "
+        "client connect to it. Default: resolved on the node at bring-up (network.interface's "
+        "IPv4 address, else what the node's hostname resolves to there); loopback is refused.",
+    )
     gpus: Count = Field(description="GPUs on the node; the same on every deployed node.")
     ssh: SSH = Field(default_factory=SSH, description="Overrides of the cluster's ssh defaults.")
     env: Env = Field(default_factory=dict, description="This node's extra server environment.")
@@ -163,7 +173,7 @@ class Router(_Model):
     port: Port = Field("auto", description="HTTP port clients use, or 'auto' (local only).")
     prometheus_port: Port = Field("auto", description="Router metrics port, or 'auto'.")
     policy: Text = Field("round_robin", description="Load-balancing policy (--policy).")
-    args: Flags = Field(default_factory=dict, description=ARGS)
+    args: Flags = Field(default_factory=dict, description=ROUTER_ARGS)
     env: Env = Field(default_factory=dict, description="Extra environment of the router.")
     wrapper: Argv = Field(default_factory=list, description=WRAPPER)
     model_mount: Text | None = Field(
@@ -172,6 +182,11 @@ class Router(_Model):
     env_from_local: EnvNames = Field(default_factory=list, description=ENV_FROM_LOCAL)
     setup: ShellLines = Field(default_factory=list, description=SETUP)
     container: Container | None = Field(None, description=Container.__doc__)
+    allow_unknown_version: bool = Field(
+        False,
+        description="Start a router outside the sglang-router versions whose /readiness and "
+        "/metrics we checked (a note says so) instead of refusing before launch.",
+    )
 
 
 class Goodput(_Model):
@@ -262,6 +277,21 @@ class Preflight(_Model):
     )
 
 
+class Network(_Model):
+    """The data network: socket interface of Gloo/NCCL, and the pre-flight reachability check."""
+
+    interface: Text | None = Field(
+        None,
+        description="Interface of the data network (e.g. eth0, ib0): sets GLOO_SOCKET_IFNAME "
+        "and NCCL_SOCKET_IFNAME of every server (server.env / a node's env win), and is where "
+        "an absent addr is read from.",
+    )
+    preflight: bool = Field(
+        True, description="Check addresses and TCP reachability between the nodes before launch."
+    )
+    probe_timeout_s: Seconds = Field(3.0, description="Seconds one TCP probe may wait.")
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -296,6 +326,7 @@ class ClusterFile(_Model):
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
+    network: Network = Field(default_factory=Network, description=Network.__doc__)
     nvidia_smi: Argv = Field(
         default_factory=list,
         description="The nvidia-smi to run on the nodes, as argv (default: [nvidia-smi]; "

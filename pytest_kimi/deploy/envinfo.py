@@ -59,10 +59,11 @@ def software(
     spec: ProcessSpec,
     python: Sequence[str] | None = None,
     timeout: float = 60,
+    packages: Sequence[str] = PACKAGES,
 ) -> dict[str, Any] | str:
     """Versions as ``spec``'s process sees them (its interpreter, environment, setup lines
     and container); a failed probe is a string saying why."""
-    command = probe_command(python or interpreter(spec), PACKAGES)
+    command = probe_command(python or interpreter(spec), packages)
     try:
         code, text = executor.run_as(spec, command, timeout)
     except Exception as exc:
@@ -152,3 +153,30 @@ def version_notes(router: str | None, supported: str) -> list[str]:
         f"router is sglang-router {router}, outside the versions whose /readiness and /metrics "
         f"formats we checked ({supported}): its retry counters may be read wrongly"
     ]
+
+
+class RouterVersionError(RuntimeError):
+    """The router on its node is not a version whose answers and counters we know."""
+
+
+def router_version_problem(found: dict[str, Any] | str, supported: str) -> str | None:
+    """Why the router found by :func:`software` may not be started (None: it may): not
+    importable, not a version, or outside ``supported``. ``router.allow_unknown_version: true``
+    in the cluster file turns this into the note of :func:`version_notes`."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if isinstance(found, str):
+        return f"its version could not be read {found}"
+    version = found.get("sglang_router")
+    if version is None:
+        return "sglang_router is not importable by the router's Python"
+    try:
+        if Version(version) in SpecifierSet(supported):
+            return None
+    except InvalidVersion:
+        pass
+    return (
+        f"it is sglang-router {version}, outside the versions whose /readiness and /metrics "
+        f"formats we checked ({supported}): its retry counters would be read wrongly"
+    )

@@ -37,10 +37,15 @@ class ProcessSpec:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     setup: tuple[str, ...] = ()  # shell lines run before argv, in the same shell
     container: ContainerConfig | None = None
+    addr: str = ""  # the data-network address it binds and is reached at; "" = node.host
+
+    @property
+    def bind_addr(self) -> str:
+        return self.addr or self.node.host
 
     @property
     def url(self) -> str:
-        return f"http://{_url_host(self.node.host)}:{self.port}"
+        return f"http://{_url_host(self.bind_addr)}:{self.port}"
 
     @property
     def launch_env(self) -> dict[str, str]:
@@ -97,15 +102,25 @@ class DeploymentPlan:
             return None
         port = argv[argv.index("--prometheus-port") + 1]
         host = argv[argv.index("--prometheus-host") + 1] if "--prometheus-host" in argv else ""
-        return f"http://{_url_host(host or self.router.node.host)}:{port}/metrics"
+        return f"http://{_url_host(host or self.router.bind_addr)}:{port}/metrics"
 
     def describe(self) -> str:
-        """Human-readable listing for ``--kimi-dry-run`` and the manifest."""
+        """Human-readable listing for ``--kimi-dry-run`` and the manifest: per process, the
+        SSH target and the data-network address it binds (and peers use)."""
         lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
         for proc in self.processes:
-            lines.append(f"# {proc.name} on {proc.node.name} ({proc.node.host})")
+            lines.append(f"# {proc.name} on {proc.node.name} ({self._where(proc)})")
             lines.extend(proc.describe())
         return "\n".join(lines)
+
+    def _where(self, proc: ProcessSpec) -> str:
+        node = proc.node
+        if self.cluster.executor != "ssh":
+            return node.host
+        where = f"ssh {node.host}, addr {proc.bind_addr}"
+        if not proc.addr:
+            where += ": no addr set, resolved on the node at bring-up"
+        return where
 
 
 def _url_host(host: str) -> str:
@@ -154,10 +169,21 @@ def plan_deployment(
     *,
     ports: Iterable[int] | None = None,
     gpu_scope: str | None = None,
+    addrs: Mapping[str, str] | None = None,
 ) -> DeploymentPlan:
     """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own);
-    ``gpu_scope`` (``<run>/<layout>``) tells mock servers where to publish their GPUs."""
+    ``gpu_scope`` (``<run>/<layout>``) tells mock servers where to publish their GPUs;
+    ``addrs`` (node name -> address, :func:`pytest_kimi.deploy.network.node_addresses`) are
+    the data-network addresses resolved on the nodes, for nodes without ``addr``.
+
+    Every server binds its node's address (``--host``), peers reach the replica head at its
+    address (``--dist-init-addr``), and the router and the client use those addresses. Without
+    ``addr`` or a resolved one (a dry run of an ssh cluster; a local cluster) it is ``host``."""
     supply = iter(ports) if ports is not None else None
+    resolved = addrs or {}
+
+    def addr(node: Node) -> str:
+        return resolved.get(node.name) or node.addr or ""
 
     def port(value: int | None, host: str) -> int:
         if value is not None:
@@ -165,12 +191,14 @@ def plan_deployment(
         return next(supply) if supply is not None else free_port(host)
 
     srv = cluster.server
+    socket_env = cluster.network.socket_env()
     model_path = resolve_model_path(srv.model_path)
     servers: list[ProcessSpec] = []
     for replica in range(cluster.replicas):
         nodes = cluster.replica_nodes(replica)
         head = nodes[0]
         dist_port = port(srv.dist_init_port, head.host)
+        head_addr = addr(head) or head.host
         for rank, node in enumerate(nodes):
             http_port = port(srv.port, node.host)
             argv = [
@@ -181,8 +209,8 @@ def plan_deployment(
                 "--ep-size", str(layout.ep),
                 "--nnodes", str(len(nodes)),
                 "--node-rank", str(rank),
-                "--dist-init-addr", f"{_url_host(head.host)}:{dist_port}",
-                "--host", node.host,
+                "--dist-init-addr", f"{_url_host(head_addr)}:{dist_port}",
+                "--host", addr(node) or node.host,
                 "--port", str(http_port),
                 *_flags(srv.args),
             ]  # fmt: skip
@@ -201,13 +229,14 @@ def plan_deployment(
                     name=f"replica{replica}-node{rank}-{node.name}",
                     node=node,
                     argv=tuple(argv),
-                    env={**srv.env, **node.env},
+                    env={**socket_env, **srv.env, **node.env},
                     replica=replica,
                     rank=rank,
                     port=http_port,
                     secret_env=dict(srv.secret_env),
                     setup=srv.setup,
                     container=srv.container,
+                    addr=addr(node),
                 )
             )
     rtr = cluster.router
@@ -215,13 +244,14 @@ def plan_deployment(
     router_port = port(rtr.port, router_node.host)
     prometheus_port = port(rtr.prometheus_port, router_node.host)
     workers = [s.url for s in servers if s.rank == 0]
+    router_addr = addr(router_node) or router_node.host
     router_argv = [
         *rtr.wrapper, rtr.python, "-m", rtr.module,
         "--worker-urls", *workers,
         "--policy", rtr.policy,
-        "--host", router_node.host,
+        "--host", router_addr,
         "--port", str(router_port),
-        "--prometheus-host", router_node.host,
+        "--prometheus-host", router_addr,
         "--prometheus-port", str(prometheus_port),
         *_flags(rtr.args),
     ]  # fmt: skip
@@ -235,5 +265,6 @@ def plan_deployment(
         secret_env=dict(rtr.secret_env),
         setup=rtr.setup,
         container=rtr.container,
+        addr=addr(router_node),
     )
     return DeploymentPlan(cluster, layout, tuple(servers), router)

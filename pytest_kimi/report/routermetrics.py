@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 RETRIES = "smg_worker_retries_total"
 UPSTREAM = "smg_router_upstream_responses_total"
 WORKER_ERRORS = "smg_worker_errors_total"
+KNOWN = (RETRIES, UPSTREAM, WORKER_ERRORS)
 
 
 def counters(text: str) -> Counter[tuple[str, str]]:
@@ -37,7 +38,15 @@ def counters(text: str) -> Counter[tuple[str, str]]:
 def notes(
     before: Mapping[tuple[str, str], float], after: Mapping[tuple[str, str], float]
 ) -> list[str]:
-    """Data-quality notes for the run between two scrapes; none when nothing went wrong."""
+    """Data-quality notes for the run between two scrapes; none when nothing went wrong.
+    When ``after`` holds none of the counters we read (another router's names, an export
+    turned off), that is said plainly: "no retries counted" would be a guess."""
+    if not any(name in KNOWN for name, _ in after):
+        return [
+            "router metrics unavailable: its /metrics has none of the counters we read ("
+            + ", ".join(KNOWN)
+            + "): retries and worker errors during the run are unknown"
+        ]
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
     retries = int(delta.get((RETRIES, ""), 0))
     bad = {

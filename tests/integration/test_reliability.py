@@ -319,11 +319,18 @@ def test_worker_5xx_hidden_by_router_retries_is_a_note(project: pytest.Pytester,
     # replica 0 answers HTTP 500 to about half its requests (seed 19: its first four pass, so
     # the warm-ups do; of the next four, three fail); the router retries them on replica 1, so
     # the client sees successes that took longer
-    flaky = CLUSTER.replace(
-        "  - {name: n1, host: 127.0.0.1, gpus: 4}",
-        "  - {name: n1, host: 127.0.0.1, gpus: 4,\n"
-        "     env: {KIMI_MOCK_FAULT: 'error_rate=0.5,seed=19'}}",
-    ).replace("num_requests: 6", "num_requests: 12")
+    flaky = (
+        CLUSTER.replace(
+            "  - {name: n1, host: 127.0.0.1, gpus: 4}",
+            "  - {name: n1, host: 127.0.0.1, gpus: 4,\n"
+            "     env: {KIMI_MOCK_FAULT: 'error_rate=0.5,seed=19'}}",
+        )
+        .replace("num_requests: 6", "num_requests: 12")
+        .replace(
+            '  env: {HF_ENDPOINT: "http://127.0.0.1:9"}',
+            '  env: {HF_ENDPOINT: "http://127.0.0.1:9"}\n  args: {retry-max-retries: 5}',
+        )
+    )  # retries are off by default (benchmarking defaults): this file turns them on
     project.makefile(".yaml", cluster=flaky)
     result = project.runpytest_subprocess(
         "--cluster=cluster.yaml", "--layout=wide", "--kimi-report-dir=out", "-p", "no:cacheprovider"

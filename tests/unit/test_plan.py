@@ -201,35 +201,41 @@ def test_pro6000_fixed_ports(pro6000: ClusterConfig) -> None:
     p = plan_deployment(pro6000, pro6000.layout("pp8"), ports=iter(()))
     assert [s.port for s in p.servers] == [30001] * 8
     dist = [opt(s.argv, "--dist-init-addr") for s in p.servers]
-    assert dist == ["node601:5757"] * 4 + ["node605:5757"] * 4
+    assert dist == ["10.0.0.1:5757"] * 4 + ["10.0.0.5:5757"] * 4  # the heads' addr
     for s in p.servers:
         assert s.argv[:3] == ("/opt/sglang/venv/bin/python", "-m", "sglang.launch_server")
         assert opt(s.argv, "--model-path") == "/models/Kimi-K3"
-        assert opt(s.argv, "--host") == s.node.host
+        assert opt(s.argv, "--host") == s.node.addr
         assert opt(s.argv, "--tp-size") == "4" and opt(s.argv, "--pp-size") == "8"
         assert "--trust-remote-code" in s.argv
         assert not any(a.startswith("--mock-") for a in s.argv)
-        assert s.env == {"NCCL_IB_DISABLE": "0", "NCCL_DEBUG": "WARN"}
+        assert s.env == {
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "NCCL_SOCKET_IFNAME": "eth0",
+            "NCCL_IB_DISABLE": "0",
+            "NCCL_DEBUG": "WARN",
+        }
     rtr = p.router
     assert rtr.argv[:3] == ("/opt/sglang/venv/bin/python", "-m", "sglang_router.launch_router")
     assert values_after(rtr.argv, "--worker-urls") == [
-        "http://node601:30001",
-        "http://node605:30001",
+        "http://10.0.0.1:30001",
+        "http://10.0.0.5:30001",
     ]
-    assert opt(rtr.argv, "--host") == "node601"
+    assert opt(rtr.argv, "--host") == "10.0.0.1"
     assert opt(rtr.argv, "--port") == "30000"
-    assert opt(rtr.argv, "--prometheus-host") == "node601"
+    assert opt(rtr.argv, "--prometheus-host") == "10.0.0.1"
     assert opt(rtr.argv, "--prometheus-port") == "29000"
-    assert p.endpoint == "http://node601:30000"
+    assert p.endpoint == "http://10.0.0.1:30000"
 
 
 def test_pro6000_command_line(pro6000: ClusterConfig) -> None:
     p = plan_deployment(pro6000, pro6000.layout("tp32"))
     line = p.servers[0].command_line()
     assert line.startswith(
-        "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
+        "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN "
+        "/opt/sglang/venv/bin/python -m sglang.launch_server "
         "--model-path /models/Kimi-K3 --tp-size 32 --pp-size 1 --ep-size 4 --nnodes 4 "
-        "--node-rank 0 --dist-init-addr node601:5757 --host node601 --port 30001 "
+        "--node-rank 0 --dist-init-addr 10.0.0.1:5757 --host 10.0.0.1 --port 30001 "
     )
     assert p.router.command_line().startswith("/opt/sglang/venv/bin/python -m ")
 
