@@ -262,6 +262,33 @@ class Preflight(_Model):
     )
 
 
+class Watchdog(_Model):
+    """While a layout is measured: every node process's exit status and the router's worker
+    count, polled; a lost worker stops the run at once, naming the node."""
+
+    enabled: bool = Field(True, description="Watch the deployment while it is measured.")
+    interval_s: Seconds = Field(
+        15.0, description="Wall seconds (on the machine running pytest) between polls."
+    )
+    misses: Annotated[int, Field(ge=1)] = Field(
+        2,
+        description="Polls in a row a node or the router may go unanswered, or the router "
+        "count a worker short, before the run is stopped (an exited process stops it at once).",
+    )
+
+
+class Locks(_Model):
+    """A lock on every node (SSH clusters) held for a deployment's lifetime, so a second run
+    on the same nodes is refused at once, naming who holds them."""
+
+    enabled: bool = Field(True, description="Lock every node while a layout is deployed.")
+    path: Text | None = Field(
+        None,
+        description="The lock file on each node (default: <work_dir>/node.lock); runs by "
+        "different users share a lock only if they share this path (a directory all can write).",
+    )
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -296,6 +323,8 @@ class ClusterFile(_Model):
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
+    watchdog: Watchdog = Field(default_factory=Watchdog, description=Watchdog.__doc__)
+    locks: Locks = Field(default_factory=Locks, description=Locks.__doc__)
     nvidia_smi: Argv = Field(
         default_factory=list,
         description="The nvidia-smi to run on the nodes, as argv (default: [nvidia-smi]; "
