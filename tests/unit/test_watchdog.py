@@ -55,8 +55,9 @@ HANDLES = [_handle("replica0-node0-n1", "n1", 0, 0), _handle("replica1-node1-n4"
 
 
 def _dog(executor: FakeExecutor, fetch=None, **kw) -> Watchdog:
+    fetch = fetch or _router(2)
     return Watchdog(executor, HANDLES, lambda problem: None, interval_s=0.01,
-                    readiness_url="http://r/readiness", replicas=2, fetch=fetch or _router(2), **kw)  # fmt: skip
+                    readiness_url="http://r/readiness", replicas=2, fetch=fetch, **kw)  # fmt: skip
 
 
 def test_all_present_is_no_loss():
