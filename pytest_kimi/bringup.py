@@ -64,7 +64,12 @@ def deployment(
         progress=lambda m: say(f"[kimi {layout.name}] {m}"),
         on_state=node_events(layout.name, progress or NoProgress()),
     )
-    with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+    with (
+        sigterm_as_interrupt(),
+        contextlib.ExitStack() as locked,  # released after teardown stopped everything
+        _teardown(dep, inputs, layout, folder, result, say),
+    ):
+        locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say))
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
@@ -150,6 +155,19 @@ def _sampler(
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
                    interval_s=config.interval_s, time_scale=inputs.time_scale)  # fmt: skip
+
+
+def _node_locks(
+    inputs: Inputs, plan: DeploymentPlan, run_id: str, say: Say
+) -> contextlib.AbstractContextManager[None]:
+    """Every node the plan uses locked for the deployment's lifetime (SSH clusters): a second
+    run on them is refused at once (:class:`~pytest_kimi.deploy.locks.NodeBusy`)."""
+    from pytest_kimi.deploy.locks import holding
+
+    nodes = [spec.node for spec in plan.processes]
+    if inputs.cluster.executor == "ssh" and inputs.cluster.locks.enabled:
+        say(f"[kimi {plan.layout.name}] locking {len({n.name for n in nodes})} nodes")
+    return holding(inputs.cluster, nodes, run_id)
 
 
 def _watchdog(

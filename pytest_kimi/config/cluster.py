@@ -166,7 +166,7 @@ class LockConfig:
     """A lock on every node for a deployment's lifetime (``pytest_kimi.deploy.locks``)."""
 
     enabled: bool = True
-    path: str = ""  # on each node; "" = <work_dir>/node.lock
+    dir: str = ""  # on each node, holds <hostname>.lock; "" = <work_dir>/locks
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
         preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
         watchdog=WatchdogConfig(raw.watchdog.enabled, raw.watchdog.interval_s, raw.watchdog.misses),
-        locks=LockConfig(raw.locks.enabled, raw.locks.path or ""),
+        locks=LockConfig(raw.locks.enabled, raw.locks.dir or ""),
         nvidia_smi=tuple(raw.nvidia_smi),
     )
 

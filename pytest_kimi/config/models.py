@@ -282,10 +282,11 @@ class Locks(_Model):
     on the same nodes is refused at once, naming who holds them."""
 
     enabled: bool = Field(True, description="Lock every node while a layout is deployed.")
-    path: Text | None = Field(
+    dir: Text | None = Field(
         None,
-        description="The lock file on each node (default: <work_dir>/node.lock); runs by "
-        "different users share a lock only if they share this path (a directory all can write).",
+        description="Directory on each node for the lock files, one per machine "
+        "(<hostname>.lock; default: <work_dir>/locks). Runs by different users exclude each "
+        "other only if they share this directory (one all of them can write).",
     )
 
 
