@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pytest_kimi.procgroup import interrupt, sigterm_as_interrupt
 from pytest_kimi.telemetry import Sampler, sampling
+from pytest_kimi.watchdog import Watchdog, abort_on_loss, watching
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from pytest_kimi.progress.events import Progress
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
+    from pytest_kimi.workload.abort import Abort
 
 Say = Callable[[str], None]
 
@@ -39,12 +41,14 @@ def deployment(
     say: Say,
     on_manifest: Callable[[DeploymentPlan | None, list[dict] | None], None],
     progress: Progress | None = None,
+    abort: Abort | None = None,
 ) -> Iterator[DeploymentPlan]:
     """The layout's deployment, up and warm; yields its plan (``plan.endpoint`` is the router).
 
     ``on_manifest`` is called with what is known so far: the plan before launch, then the nodes'
     environments once they are up. ``progress`` gets each process's state and the end of
-    bring-up (warm-up done)."""
+    bring-up (warm-up done). While yielded, a watchdog polls every process and the router's
+    workers; a loss trips ``abort`` (the measured run's cancel hook, :func:`measure`)."""
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
     from pytest_kimi.progress.events import BringUpDone, NoProgress
@@ -60,7 +64,12 @@ def deployment(
         progress=lambda m: say(f"[kimi {layout.name}] {m}"),
         on_state=node_events(layout.name, progress or NoProgress()),
     )
-    with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+    with (
+        sigterm_as_interrupt(),
+        contextlib.ExitStack() as locked,  # released after teardown stopped everything
+        _teardown(dep, inputs, layout, folder, result, say),
+    ):
+        locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say))
         addrs = node_addresses(inputs, executor, say)
         if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
             plan = dep.plan = plan_deployment(
@@ -81,8 +90,12 @@ def deployment(
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan)
         (progress or NoProgress()).emit(BringUpDone(layout.name))
-        with sampling(_sampler(inputs, executor, plan, folder, layout), result):
-            yield plan  # measured while every node's GPUs are sampled
+        watchdog = _watchdog(inputs, executor, dep, abort)
+        with (
+            sampling(_sampler(inputs, executor, plan, folder, layout), result),
+            watching(watchdog, result),
+        ):
+            yield plan  # measured while every node's GPUs are sampled and its processes watched
 
 
 def gpu_preflight(
@@ -191,6 +204,33 @@ def _sampler(
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
                    interval_s=config.interval_s, time_scale=inputs.time_scale)  # fmt: skip
+
+
+def _node_locks(
+    inputs: Inputs, plan: DeploymentPlan, run_id: str, say: Say
+) -> contextlib.AbstractContextManager[None]:
+    """Every node the plan uses locked for the deployment's lifetime (SSH clusters): a second
+    run on them is refused at once (:class:`~pytest_kimi.deploy.locks.NodeBusy`)."""
+    from pytest_kimi.deploy.locks import holding
+
+    nodes = [spec.node for spec in plan.processes]
+    if inputs.cluster.executor == "ssh" and inputs.cluster.locks.enabled:
+        say(f"[kimi {plan.layout.name}] locking {len({n.name for n in nodes})} nodes")
+    return holding(inputs.cluster, nodes, run_id)
+
+
+def _watchdog(
+    inputs: Inputs, executor: Executor, dep: Deployment, abort: Abort | None
+) -> Watchdog | None:
+    """The watchdog of a deployment that is up (None when the cluster file turns it off)."""
+    config = inputs.cluster.watchdog
+    if not config.enabled:
+        return None
+    plan = dep.plan
+    on_lost = abort_on_loss(abort) if abort is not None else (lambda problem: None)
+    return Watchdog(executor, list(dep.handles.values()), on_lost, interval_s=config.interval_s,
+                    readiness_url=plan.router.url + "/readiness", replicas=len(plan.rank0()),
+                    misses=config.misses)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_kimi.report.replicacounters import Snapshot
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
+    from pytest_kimi.workload.abort import Abort
 
 Say = Callable[[str], None]
 
@@ -42,12 +43,15 @@ def measure(
     router_metrics_url: str | None = None,
     replica_urls: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    abort: Abort | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
 
     ``replica_urls`` (replica name -> rank-0 base URL, :func:`replica_endpoints`): whose
     counters give ``result.replica_counters``; none in attach mode. ``progress`` sees the
-    measured requests start and finish (the caller reports the layout done)."""
+    measured requests start and finish (the caller reports the layout done). ``abort`` (the
+    watchdog's, :mod:`pytest_kimi.watchdog`) stops the run part-way: its requests are
+    cancelled and kept as an interrupted run, and :class:`RunAborted` is raised."""
     from pytest_kimi.metrics import summarize
     from pytest_kimi.progress.events import NoProgress
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
@@ -83,14 +87,14 @@ def measure(
         if warmup:  # apart, so the counters' first read comes after it
             records = asyncio.run(
                 run_requests(endpoint, [], options, warmup=warmup,
-                             on_start=events.started, on_done=finished)
+                             on_start=events.started, on_done=finished, abort=abort)
             )  # fmt: skip
         _stop_on_failed_warmup(records)
         counted_from = _snapshot(urls, router_metrics_url)
         events.measuring(len(measured), inputs.time_scale)
         records += asyncio.run(
             run_requests(endpoint, measured, options,
-                         on_start=events.started, on_done=finished)
+                         on_start=events.started, on_done=finished, abort=abort)
         )  # fmt: skip
         if urls:
             from pytest_kimi.report.replicacounters import deltas

@@ -23,6 +23,7 @@ from pytest_kimi.progress.plain import PlainProgress
 from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import RunFolder, new_run_id
 from pytest_kimi.telemetry import ATTACHED_NOTE
+from pytest_kimi.workload.abort import Abort
 
 if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
@@ -54,6 +55,7 @@ class Run:
         self.model: dict[str, Any] | None = None  # the comparison, once written
         self._folder: RunFolder | None = None
         self._plans: dict[str, DeploymentPlan] = {}
+        self._aborts: dict[str, Abort] = {}  # per layout: the watchdog's cancel hook
 
     @classmethod
     def load(cls, options: Options, dry_run: bool = False, **hooks: Any) -> Run:
@@ -100,10 +102,11 @@ class Run:
             result.notes.append(ATTACHED_NOTE)  # no nodes of ours: no GPU telemetry
             yield self.inputs.options.endpoint
         else:
+            abort = self._aborts[layout.name] = Abort()
             with bringup.deployment(
                 self.inputs, layout, self.folder, result, self.say,
                 on_manifest=lambda plan, nodes: self._manifest(layout, plan, nodes),
-                progress=self.progress,
+                progress=self.progress, abort=abort,
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
                 yield plan.endpoint
@@ -119,7 +122,8 @@ class Run:
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
                     plan.router_metrics_url if plan is not None else None,
-                    replica_endpoints(plan), progress=self.progress)  # fmt: skip
+                    replica_endpoints(plan), progress=self.progress,
+                    abort=self._aborts.get(layout.name))  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
             self.progress.emit(LayoutDone(layout.name, error=result.error))

@@ -13,6 +13,7 @@ from pytest_kimi.config.cluster import (
     ClusterConfig,
     ContainerConfig,
     Layout,
+    LockConfig,
     MockConfig,
     NetworkConfig,
     Node,
@@ -20,6 +21,7 @@ from pytest_kimi.config.cluster import (
     RouterConfig,
     ServerConfig,
     SSHConfig,
+    WatchdogConfig,
     WorkloadConfig,
 )
 from pytest_kimi.config.load import load_cluster
@@ -30,6 +32,7 @@ __all__ = [
     "ConfigError",
     "ContainerConfig",
     "Layout",
+    "LockConfig",
     "MockConfig",
     "NetworkConfig",
     "Node",
@@ -37,6 +40,7 @@ __all__ = [
     "RouterConfig",
     "SSHConfig",
     "ServerConfig",
+    "WatchdogConfig",
     "WorkloadConfig",
     "load_cluster",
 ]

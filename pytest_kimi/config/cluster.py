@@ -155,6 +155,23 @@ class TelemetryConfig:
 
 
 @dataclass(frozen=True)
+class WatchdogConfig:
+    """Node processes and the router's workers polled while measured (``pytest_kimi.watchdog``)."""
+
+    enabled: bool = True
+    interval_s: float = 15.0  # wall seconds between polls
+    misses: int = 2  # polls in a row without an answer (or with a worker short) before a loss
+
+
+@dataclass(frozen=True)
+class LockConfig:
+    """A lock on every node for a deployment's lifetime (``pytest_kimi.deploy.locks``)."""
+
+    enabled: bool = True
+    dir: str = ""  # on each node, holds <hostname>.lock; "" = <work_dir>/locks
+
+
+@dataclass(frozen=True)
 class PreflightConfig:
     """GPU pre-flight before launch: GPU count per node, and every GPU idle."""
 
@@ -200,6 +217,8 @@ class ClusterConfig:
     regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    locks: LockConfig = field(default_factory=LockConfig)
     nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
     network: NetworkConfig = field(default_factory=NetworkConfig)
 

@@ -21,6 +21,7 @@ from pytest_kimi.config.cluster import (
     ClusterConfig,
     ContainerConfig,
     Layout,
+    LockConfig,
     MockConfig,
     NetworkConfig,
     Node,
@@ -29,6 +30,7 @@ from pytest_kimi.config.cluster import (
     ServerConfig,
     SSHConfig,
     TelemetryConfig,
+    WatchdogConfig,
     WorkloadConfig,
 )
 from pytest_kimi.config.errors import config_error
@@ -96,6 +98,8 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         regression_thresholds=checks.regression_thresholds(src, raw.regression),
         telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
         preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
+        watchdog=WatchdogConfig(raw.watchdog.enabled, raw.watchdog.interval_s, raw.watchdog.misses),
+        locks=LockConfig(raw.locks.enabled, raw.locks.dir or ""),
         nvidia_smi=tuple(raw.nvidia_smi),
         network=NetworkConfig(
             raw.network.interface, raw.network.preflight, raw.network.probe_timeout_s

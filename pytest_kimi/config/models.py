@@ -292,6 +292,34 @@ class Network(_Model):
     probe_timeout_s: Seconds = Field(3.0, description="Seconds one TCP probe may wait.")
 
 
+class Watchdog(_Model):
+    """While a layout is measured: every node process's exit status and the router's worker
+    count, polled; a lost worker stops the run at once, naming the node."""
+
+    enabled: bool = Field(True, description="Watch the deployment while it is measured.")
+    interval_s: Seconds = Field(
+        15.0, description="Wall seconds (on the machine running pytest) between polls."
+    )
+    misses: Annotated[int, Field(ge=1)] = Field(
+        2,
+        description="Polls in a row a node or the router may go unanswered, or the router "
+        "count a worker short, before the run is stopped (an exited process stops it at once).",
+    )
+
+
+class Locks(_Model):
+    """A lock on every node (SSH clusters) held for a deployment's lifetime, so a second run
+    on the same nodes is refused at once, naming who holds them."""
+
+    enabled: bool = Field(True, description="Lock every node while a layout is deployed.")
+    dir: Text | None = Field(
+        None,
+        description="Directory on each node for the lock files, one per machine "
+        "(<hostname>.lock; default: <work_dir>/locks). Runs by different users exclude each "
+        "other only if they share this directory (one all of them can write).",
+    )
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -327,6 +355,8 @@ class ClusterFile(_Model):
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
     network: Network = Field(default_factory=Network, description=Network.__doc__)
+    watchdog: Watchdog = Field(default_factory=Watchdog, description=Watchdog.__doc__)
+    locks: Locks = Field(default_factory=Locks, description=Locks.__doc__)
     nvidia_smi: Argv = Field(
         default_factory=list,
         description="The nvidia-smi to run on the nodes, as argv (default: [nvidia-smi]; "

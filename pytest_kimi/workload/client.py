@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import orjson
 
+from pytest_kimi.workload.abort import Abort
 from pytest_kimi.workload.records import Chunk, RequestRecord
 from pytest_kimi.workload.transport import MeasuringTransport
 
@@ -293,18 +294,22 @@ async def run_requests(
     warmup: Sequence[RequestSpec] = (),
     on_start: Callable[[RequestRecord], None] = lambda record: None,
     on_done: Callable[[RequestRecord], None] = lambda record: None,
+    abort: Abort | None = None,
 ) -> list[RequestRecord]:
     """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency.
 
     ``on_start`` sees each record as its request is sent, ``on_done`` once it is filled in:
-    a caller that is interrupted still holds every record, finished or in flight.
+    a caller that is interrupted still holds every record, finished or in flight. ``abort``
+    (another thread's :meth:`Abort.trip`) cancels every request in flight and raises
+    :class:`RunAborted`.
     """
     url = base_url.rstrip("/") + API_PATHS[options.api]
     records: list[RequestRecord] = []
     hooks = (on_start, on_done)
     with _no_gc_pauses():
         async with _client(options.pooled, options.timeout_s) as http:
-            await _send_all(http, url, requests, options, warmup, hooks, records)
+            work = _send_all(http, url, requests, options, warmup, hooks, records)
+            await (work if abort is None else abort.guard(work))
     return records
 
 
@@ -364,12 +369,17 @@ async def _send_all(
             on_done(record)
             return record
 
-    tasks = []
-    for index, spec in enumerate(requests):
-        tasks.append(asyncio.create_task(one(index, spec)))
-        if gaps[index] > 0:
-            await asyncio.sleep(gaps[index])
-    records.extend(await asyncio.gather(*tasks))
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    try:
+        for index, spec in enumerate(requests):
+            tasks.append(asyncio.create_task(one(index, spec)))
+            if gaps[index] > 0:
+                await asyncio.sleep(gaps[index])
+        records.extend(await asyncio.gather(*tasks))
+    finally:  # cancelled (an abort): no request may outlive the run or finish after it
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
