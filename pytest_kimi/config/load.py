@@ -21,6 +21,7 @@ from pytest_kimi.config.cluster import (
     ClusterConfig,
     ContainerConfig,
     Layout,
+    LogsConfig,
     MockConfig,
     Node,
     PreflightConfig,
@@ -80,6 +81,9 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         telemetry=TelemetryConfig(raw.telemetry.enabled, raw.telemetry.interval_s),
         preflight=PreflightConfig(raw.preflight.enabled, raw.preflight.busy_memory_mib),
         nvidia_smi=tuple(raw.nvidia_smi),
+        startup_stall_s=raw.startup_stall_s,
+        startup_report_s=raw.startup_report_s,
+        logs=LogsConfig(raw.logs.max_mib, raw.logs.keep_runs),
     )
 
 
