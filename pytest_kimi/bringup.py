@@ -63,6 +63,11 @@ def deployment(
         timeout_s=inputs.cluster.startup_timeout_s,
         progress=lambda m: say(f"[kimi {layout.name}] {m}"),
         on_state=node_events(layout.name, progress or NoProgress()),
+        stall_s=inputs.cluster.startup_stall_s,
+        report_s=inputs.cluster.startup_report_s,
+        on_log=node_log_events(layout.name, progress or NoProgress()),
+        log_max_bytes=inputs.cluster.logs.max_bytes,
+        keep_runs=inputs.cluster.logs.keep_runs,
     )
     with (
         sigterm_as_interrupt(),
@@ -179,6 +184,19 @@ def node_events(layout: str, progress: Progress) -> Callable[[ProcessSpec, str, 
         )  # fmt: skip
 
     return on_state
+
+
+def node_log_events(layout: str, progress: Progress) -> Callable[[ProcessSpec, str, str], None]:
+    """Deployment's ``on_log(spec, state, last log line)`` as :class:`NodeLog` events."""
+    from pytest_kimi.progress.events import NodeLog
+
+    def on_log(spec: ProcessSpec, state: str, line: str) -> None:
+        progress.emit(
+            NodeLog(layout, spec.name, spec.node.name, spec.role, spec.replica, spec.rank,
+                    state, line)
+        )  # fmt: skip
+
+    return on_log
 
 
 def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:

@@ -195,6 +195,18 @@ class NetworkConfig:
 
 
 @dataclass(frozen=True)
+class LogsConfig:
+    """Process logs (:mod:`pytest_kimi.deploy.logs`): the fetch cap, run folders kept."""
+
+    max_mib: float = 64.0  # per log fetched; longer: head and tail kept, a marker between
+    keep_runs: int = 10  # run folders kept in work_dir on each node (older pruned at start)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_mib * 1024 * 1024)
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """A whole cluster file, validated."""
 
@@ -212,7 +224,7 @@ class ClusterConfig:
     mock: MockConfig | None
     startup_timeout_s: float
     source: Located = field(repr=False, compare=False)
-    work_dir: str = "/tmp/pytest-kimi"  # on each node: logs and exit codes of our processes
+    work_dir: str = "/var/tmp/pytest-kimi"  # on each node: logs, exit codes (survives reboots)
     regression: Mapping[str, str] = field(default_factory=dict)  # gate thresholds, e.g. 10%
     regression_thresholds: Mapping[str, float] = field(default_factory=dict)  # parsed: 0.1
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
@@ -221,6 +233,9 @@ class ClusterConfig:
     locks: LockConfig = field(default_factory=LockConfig)
     nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    startup_stall_s: float = 600.0  # a starting process's log silent this long: stalled
+    startup_report_s: float = 60.0  # between bring-up reports (state, last log line)
+    logs: LogsConfig = field(default_factory=LogsConfig)
 
     @property
     def time_scale(self) -> float:

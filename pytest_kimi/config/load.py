@@ -22,6 +22,7 @@ from pytest_kimi.config.cluster import (
     ContainerConfig,
     Layout,
     LockConfig,
+    LogsConfig,
     MockConfig,
     NetworkConfig,
     Node,
@@ -104,6 +105,9 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         network=NetworkConfig(
             raw.network.interface, raw.network.preflight, raw.network.probe_timeout_s
         ),
+        startup_stall_s=raw.startup_stall_s,
+        startup_report_s=raw.startup_report_s,
+        logs=LogsConfig(raw.logs.max_mib, raw.logs.keep_runs),
     )
 
 

@@ -320,6 +320,19 @@ class Locks(_Model):
     )
 
 
+class Logs(_Model):
+    """Process logs: fetched capped at max_mib (head and tail kept), old run folders pruned."""
+
+    max_mib: Annotated[float, Field(gt=0)] = Field(
+        64.0,
+        description="Largest log fetched per process (MiB); a longer one keeps its first and "
+        "last halves with a line saying how much was cut.",
+    )
+    keep_runs: NonNegative = Field(
+        10, description="Run folders kept in work_dir on each node; older ones removed at start."
+    )
+
+
 class ClusterFile(_Model):
     """A pytest-kimi cluster file: nodes, how to start SGLang and the router, the layouts,
     the workload and the SLOs. See docs/cluster-file.md."""
@@ -331,7 +344,9 @@ class ClusterFile(_Model):
         "local", description="local: processes on this machine; ssh: on the nodes over SSH."
     )
     work_dir: Text = Field(
-        "/tmp/pytest-kimi", description="On each node: logs and exit codes of our processes."
+        "/var/tmp/pytest-kimi",
+        description="On each node: logs and exit codes of our processes (/var/tmp survives a "
+        "reboot; /tmp may not).",
     )
     ssh: SSH = Field(default_factory=SSH, description="SSH defaults for every node.")
     nodes: Annotated[list[NodeModel], NodeList] = Field(
@@ -352,6 +367,15 @@ class ClusterFile(_Model):
     )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
+    startup_stall_s: Seconds = Field(
+        600.0,
+        description="A process still starting whose log has not grown for this many seconds "
+        "(while it runs) fails the bring-up as stalled.",
+    )
+    startup_report_s: Seconds = Field(
+        60.0, description="Seconds between bring-up reports (each process's state, last log line)."
+    )
+    logs: Logs = Field(default_factory=Logs, description=Logs.__doc__)
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
     network: Network = Field(default_factory=Network, description=Network.__doc__)

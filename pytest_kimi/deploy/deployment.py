@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from pytest_kimi.deploy.executor import Executor, Handle
+from pytest_kimi.deploy.logs import Cut, fetch_all
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
 from pytest_kimi.deploy.readiness import (
     FormatError,
@@ -26,13 +27,19 @@ from pytest_kimi.deploy.readiness import (
     router_metrics_known,
     wait_ready,
 )
+from pytest_kimi.deploy.startup import StallError, StartupWatch, all_tails
 from pytest_kimi.procgroup import hold_signals, interrupt, stop_all
 
 POLL_S = 0.1
 
 
 class BringUpError(RuntimeError):
-    """The deployment did not come up; the message says which node and why."""
+    """The deployment did not come up; the message says which node and why (``process``:
+    the process it names, when one)."""
+
+    def __init__(self, message: str, process: str | None = None) -> None:
+        super().__init__(message)
+        self.process = process
 
 
 class Deployment:
@@ -48,6 +55,11 @@ class Deployment:
         grace_s: float = 10.0,
         progress: Callable[[str], None] = lambda message: None,
         on_state: Callable[[ProcessSpec, str, str], None] = lambda spec, state, detail: None,
+        stall_s: float | None = None,
+        report_s: float = 60.0,
+        on_log: Callable[[ProcessSpec, str, str], None] = lambda spec, state, line: None,
+        log_max_bytes: int | None = None,
+        keep_runs: int | None = None,
     ) -> None:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
         self.timeout_s, self.grace_s, self.progress = timeout_s, grace_s, progress
@@ -57,38 +69,141 @@ class Deployment:
         self.launching: ProcessSpec | None = None  # between "start it" and "got its handle"
         self.poll_s = getattr(executor, "poll_s", POLL_S)
         self.leftovers: list[str] = []
+        self._watch: StartupWatch | None = None
         self.log_marks: dict[str, int] = {}  # log file name -> its size when teardown began
         self.held_signal: int | None = None  # Ctrl-C / SIGTERM that arrived during teardown
         self.started_at = 0.0
         self.ready_s = 0.0
+        # start-up watch: a live process whose log is silent for stall_s fails the bring-up
+        # (None: only the hard cap); every report_s each process's state and last log line
+        self.stall_s, self.report_s, self.on_log = stall_s, report_s, on_log
+        self.log_max_bytes, self.keep_runs = log_max_bytes, keep_runs
+        self.pruned: list[str] = []  # earlier run folders removed from the nodes at start
 
     # -- bring-up ------------------------------------------------------------------------
     def start(self) -> None:
-        """Start everything and wait until the router serves every replica."""
+        """Start everything and wait until the router serves every replica. A failure names
+        the process and shows its log's end, then every other process's last lines (all of
+        them are written to ``startup-failure.txt`` beside the logs)."""
         self.started_at = time.monotonic()
         deadline = self.started_at + self.timeout_s
         self.check_ports()
-        for spec in self.plan.servers:
-            self._launch(spec)
-        with httpx.Client(timeout=5.0, trust_env=False) as http:
-            for spec in self.plan.rank0():
-                where = f"replica {spec.replica} (node {spec.node.name}) not healthy at"
-                for url in (spec.url + "/health", spec.url + "/get_model_info"):
-                    self._wait(http, spec, answers_200(url), f"{where} {url}", deadline)
-                for member in self.plan.servers:  # rank 0 serves once every rank has joined
-                    if member.replica == spec.replica:
-                        self.on_state(member, "healthy", spec.url)
-            router, url = self.plan.router, self.plan.router.url + "/readiness"
-            self._launch(router)
-            ready = router_counts(url, len(self.plan.rank0()))
-            where = f"router on {router.node.name} not ready at"
-            self._wait(http, router, ready, f"{where} {url}", deadline)
-            if self.plan.router_metrics_url is not None:  # read before and after the run
-                metrics = self.plan.router_metrics_url
-                known = router_metrics_known(metrics)
-                self._wait(http, router, known, f"router metrics not served at {metrics}", deadline)
+        self._prune()
+        watch = StartupWatch(
+            self.executor,
+            stall_s=self.stall_s if self.stall_s is not None else float("inf"),
+            report_s=self.report_s,
+            report=lambda handle, state, line: self.on_log(handle.spec, state, line),
+        )
+        try:
+            for spec in self.plan.servers:
+                self._launch(spec)
+                watch.add(self.handles[spec.name])
+            self._watch = watch
+            with httpx.Client(timeout=5.0, trust_env=False) as http:
+                self._wait_servers(http, watch, deadline)
+                router, url = self.plan.router, self.plan.router.url + "/readiness"
+                self._launch(router)
+                watch.add(self.handles[router.name])
+                ready = router_counts(url, len(self.plan.rank0()))
+                where = f"router on {router.node.name} not ready at"
+                self._wait(http, router, ready, f"{where} {url}", deadline)
+                if self.plan.router_metrics_url is not None:  # read before and after the run
+                    metrics = self.plan.router_metrics_url
+                    known = router_metrics_known(metrics)
+                    what = f"router metrics not served at {metrics}"
+                    self._wait(http, router, known, what, deadline)
+        except BringUpError as exc:
+            raise BringUpError(self._with_every_tail(str(exc), exc.process), exc.process) from None
+        finally:
+            self._watch = None
         self.ready_s = time.monotonic() - self.started_at
         self.on_state(self.plan.router, "ready", self.plan.endpoint)
+
+    def _wait_servers(self, http: httpx.Client, watch: StartupWatch, deadline: float) -> None:
+        """Until every server answers: rank 0 ``/health`` then ``/get_model_info``, every other
+        rank its ``/health`` stub (SGLang 0.5.9 serves one on ranks >= 1 once their schedulers
+        are up). Each process is polled every round; exits and stalls fail at once."""
+        pending: dict[str, list[tuple[str, Probe]]] = {}
+        for spec in self.plan.servers:
+            urls = [spec.url + "/health"]
+            urls += [spec.url + "/get_model_info"] if spec.rank == 0 else []
+            pending[spec.name] = [(url, answers_200(url)) for url in urls]
+        specs = {spec.name: spec for spec in self.plan.servers}
+        why: dict[str, str] = {}
+        while True:
+            self._check_watch()
+            for name in list(pending):
+                probes = pending[name]
+                while probes:
+                    ok, why[name] = probes[0][1](http)
+                    if not ok:
+                        break
+                    probes.pop(0)
+                if not probes:
+                    del pending[name]
+                    watch.healthy(name)
+                    self.on_state(specs[name], "healthy", specs[name].url)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                name = next(iter(pending))
+                spec, url = specs[name], pending[name][0][0]
+                for other in pending:
+                    self.on_state(specs[other], "failed", f"not healthy after {self.timeout_s:g}s")
+                rank = f" rank {spec.rank}" if spec.rank else ""
+                raise BringUpError(
+                    f"replica {spec.replica}{rank} (node {spec.node.name}) not healthy at {url} "
+                    f"after {self.timeout_s:g}s ({why.get(name, '')}); last lines of its log:\n"
+                    + self.executor.log_tail(self.handles[name], 50),
+                    name,
+                )
+            time.sleep(self.poll_s)
+
+    def _check_watch(self) -> None:
+        """Between polls: exits, then stalls and the periodic report (once watching)."""
+        self.check_processes()
+        if self._watch is None:
+            return
+        try:
+            self._watch.check()
+        except StallError as exc:
+            handle = self.handles[exc.process]
+            self.on_state(handle.spec, "failed", str(exc))
+            raise BringUpError(
+                f"{exc}; last lines of its log:\n{self.executor.log_tail(handle, 50)}",
+                exc.process,
+            ) from None
+
+    def _with_every_tail(self, message: str, culprit: str | None) -> str:
+        """``message`` plus every other process's last lines; all tails to a file."""
+        handles = list(self.handles.values())
+        path = self.log_dir.parent / "startup-failure.txt"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{message}\n\n{all_tails(self.executor, handles, 50)}\n")
+            where = f" (50 lines of each in {path})"
+        except OSError:
+            where = ""
+        others = [h for h in handles if h.spec.name != culprit]
+        if not others:
+            return message
+        return f"{message}\nlast lines of every other process{where}:\n" + all_tails(
+            self.executor, others, 5
+        )
+
+    def _prune(self) -> None:
+        """Earlier runs' folders on every node beyond ``keep_runs`` (executors with a remote
+        work_dir only); a node that cannot prune is not a reason to stop."""
+        prune = getattr(self.executor, "prune_runs", None)
+        if prune is None or self.keep_runs is None:
+            return
+        nodes = {spec.node.name: spec.node for spec in self.plan.processes}
+        for node in nodes.values():
+            try:
+                self.pruned += [f"{node.name}:{d}" for d in prune(node, self.keep_runs)]
+            except Exception as exc:
+                self.progress(f"could not prune old run folders on {node.name}: {exc}")
 
     def check_ports(self) -> None:
         """Before starting anything: every port we will listen on must be free on its node."""
@@ -127,7 +242,8 @@ class Deployment:
                 self.on_state(spec, "failed", f"exited with code {code}")
                 raise BringUpError(
                     f"{spec.name} ({where}node {spec.node.name}, {spec.node.host}) exited with "
-                    f"code {code} during start-up; last lines of its log:\n{tail}"
+                    f"code {code} during start-up; last lines of its log:\n{tail}",
+                    spec.name,
                 )
 
     def _wait(
@@ -137,7 +253,7 @@ class Deployment:
         with ``what`` ("... not healthy at URL"), the probe's last reason and the log tail."""
         try:
             last = wait_ready(
-                http, probe, deadline=deadline, poll_s=self.poll_s, between=self.check_processes
+                http, probe, deadline=deadline, poll_s=self.poll_s, between=self._check_watch
             )
         except FormatError as exc:  # waiting cannot fix it: fail now, naming the version
             from pytest_kimi.deploy.envinfo import router_version
@@ -147,13 +263,15 @@ class Deployment:
             self.on_state(spec, "failed", f"answered in a format we do not understand: {exc}")
             raise BringUpError(
                 f"{what}: {version} answered in a format we do not understand (we support "
-                f"sglang-router {SUPPORTED_ROUTER}): {exc}"
+                f"sglang-router {SUPPORTED_ROUTER}): {exc}",
+                spec.name,
             ) from None
         if last is not None:
             self.on_state(spec, "failed", f"not ready after {self.timeout_s:g}s ({last})")
             raise BringUpError(
                 f"{what} after {self.timeout_s:g}s ({last}); last lines of its log:\n"
-                + self.executor.log_tail(self.handles[spec.name], 50)
+                + self.executor.log_tail(self.handles[spec.name], 50),
+                spec.name,
             )
 
     # -- teardown --------------------------------------------------------------------------
@@ -177,12 +295,25 @@ class Deployment:
                 grace_s=self.grace_s,
                 poll_s=min(self.poll_s, 0.05),
             )
-            for handle in order:
-                self.executor.fetch_log(handle, self.log_dir / f"{handle.spec.name}.log")
+            self._fetch_logs(order)
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
             self.leftovers += self._cleanup(order)
             self.executor.close()
         return self.leftovers
+
+    def _fetch_logs(self, handles: list[Handle]) -> None:
+        """Every log, nodes in parallel, capped at ``log_max_bytes`` (head and tail kept); the
+        teardown marks move to where the same bytes sit in the capped copies."""
+
+        def fetch(handle: Handle) -> Cut | None:
+            dest = self.log_dir / f"{handle.spec.name}.log"
+            return self.executor.fetch_log(handle, dest, self.log_max_bytes)
+
+        cuts = fetch_all(handles, fetch, lambda handle: handle.spec.node.name)
+        for handle, cut in zip(handles, cuts, strict=True):
+            name = f"{handle.spec.name}.log"
+            if cut is not None and name in self.log_marks:
+                self.log_marks[name] = cut.map(self.log_marks[name])
 
     def _cleanup(self, handles: list[Handle]) -> list[str]:
         """What the executor made besides processes (containers it started, environment files

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pytest_kimi.config import Node
+from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.procgroup import group_alive, signal_group, start_group
 
@@ -42,7 +43,7 @@ class Executor(Protocol):
     def alive(self, handle: Handle) -> bool: ...
     def log_tail(self, handle: Handle, lines: int = 50) -> str: ...
     def log_size(self, handle: Handle) -> int | None: ...
-    def fetch_log(self, handle: Handle, dest: Path) -> None: ...
+    def fetch_log(self, handle: Handle, dest: Path, max_bytes: int | None = None) -> Cut | None: ...
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]: ...
     def run_as(
         self, spec: ProcessSpec, command: str, timeout: float | None = None
@@ -162,10 +163,19 @@ class LocalExecutor:
         except OSError:
             return None
 
-    def fetch_log(self, handle: Handle, dest: Path) -> None:
-        if dest.resolve() != handle.log_path.resolve() and handle.log_path.exists():
+    def fetch_log(self, handle: Handle, dest: Path, max_bytes: int | None = None) -> Cut | None:
+        """Copy the log to ``dest`` (here it usually is ``dest`` already), then cap it in
+        place (head, marker, tail: :mod:`pytest_kimi.deploy.logs`)."""
+        import shutil
+
+        from pytest_kimi.deploy.logs import cap_file
+
+        if not handle.log_path.exists():
+            return None
+        if dest.resolve() != handle.log_path.resolve():
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(handle.log_path.read_bytes())
+            shutil.copyfile(handle.log_path, dest)
+        return None if max_bytes is None else cap_file(dest, max_bytes)
 
     def cleanup(self, handles: list[Handle]) -> list[str]:
         """Nothing but process groups was made here: nothing more to remove."""

@@ -30,8 +30,9 @@ import invoke
 import paramiko
 
 from pytest_kimi.config import Node
-from pytest_kimi.deploy import container, remote
+from pytest_kimi.deploy import container, logs, remote
 from pytest_kimi.deploy.executor import Handle
+from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.secrets import env_file_text
 
@@ -67,6 +68,7 @@ class SSHExecutor:
     def __init__(
         self, work_dir: str, run_tag: str, environ: Mapping[str, str] | None = None
     ) -> None:
+        self.work_dir = work_dir.rstrip("/") or "/"
         self.remote_dir = f"{work_dir.rstrip('/')}/{run_tag}"
         self.run_tag = run_tag
         self.environ = os.environ if environ is None else environ
@@ -323,19 +325,46 @@ class SSHExecutor:
             return None
         return int(out.strip()) if out.strip().isdigit() else None
 
-    def fetch_log(self, handle: Handle, dest: Path) -> None:
+    def fetch_log(self, handle: Handle, dest: Path, max_bytes: int | None = None) -> Cut | None:
+        """The log, capped on the node (head, marker, tail: :mod:`pytest_kimi.deploy.logs`) and
+        gzipped there, fetched over SFTP and unpacked into ``dest``; inside a container it is
+        read capped through the runtime. A node that cannot give it leaves a note in ``dest``."""
         log = self._files(handle.spec).log
+        cap = max_bytes if max_bytes is not None else 1 << 62
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             if handle.spec.container is not None:  # the log is inside the container
-                code, out = self._run_for(handle.spec, remote.cat(log))
+                code, out = self._run_for(handle.spec, logs.capped_cat_command(log, cap))
                 if code != 0:
                     raise OSError(out.strip())
                 dest.write_text(out)
-            else:
-                self.connection(handle.spec.node).get(log, local=str(dest))
-        except (NodeError, OSError, paramiko.SSHException) as exc:
+                return None
+            gz = log + ".fetch.gz"
+            code, out = self.run(handle.spec.node, logs.capped_gzip_command(log, gz, cap))
+            size = out.strip().splitlines()[-1] if out.strip() else ""
+            if code != 0 or not size.isdigit():
+                raise OSError(out.strip() or f"exit {code}")
+            local_gz = dest.with_name(dest.name + ".gz")
+            try:
+                self.connection(handle.spec.node).get(gz, local=str(local_gz))
+                logs.unzip_to(local_gz, dest)
+            finally:
+                local_gz.unlink(missing_ok=True)
+                self.run(handle.spec.node, remote.remove_files([gz]))
+            return logs.Cut.plan(int(size), cap)
+        except (NodeError, OSError, EOFError, paramiko.SSHException) as exc:
             dest.write_text(f"(could not fetch {log} from {handle.spec.node.name}: {exc})\n")
+            return None
+
+    def prune_runs(self, node: Node, keep: int) -> list[str]:
+        """At start: this user's run folders in ``work_dir`` on ``node`` beyond the newest
+        ``keep`` are removed, never the current run's; returns those removed. Also creates
+        ``work_dir`` (sticky, shared like /var/tmp) if it is not there."""
+        current = self.run_tag.split("/", 1)[0]
+        code, out = self.run(node, logs.prune_command(self.work_dir, keep, current))
+        if code != 0:
+            raise NodeError(f"node {node.name}: cannot prune {self.work_dir}: {out.strip()}")
+        return logs.parse_pruned(out)
 
     def cleanup(self, handles: list[Handle]) -> list[str]:
         """After the processes are stopped: remove environment files not yet read and the

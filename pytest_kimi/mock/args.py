@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-join-timeout", type=float, default=120.0, help="wall seconds for ranks to join")
     add("--mock-startup-delay", type=float, default=0.0, help="wall seconds before serving")
     add(
+        "--mock-startup-stall",
+        action="store_true",
+        help="hang during start-up (after joining, before loading) writing nothing, until "
+        "signalled: a node stuck the way a hung NCCL init or dead mount leaves one "
+        "(also KIMI_MOCK_STARTUP_STALL=1 in the process's environment)",
+    )
+    add(
         "--mock-replica-header",
         action="store_true",
         help="name the replica (host:port) in an X-Kimi-Replica header and meta_info: "

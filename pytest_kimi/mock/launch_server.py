@@ -93,12 +93,13 @@ async def _main(args: MockArgs) -> int:
             log.error("[%s] %s", prefix, exc)
             await rendezvous.close()
             return 1
+    if _stalls(args):
+        await stop.wait()  # silent until stopped: the log does not grow
+        if rendezvous is not None:
+            await rendezvous.close()
+        return 0
     gpus = _publish_gpus(args, engine, rendezvous)
-    log.info(
-        "[%s] Load weight end. type=KimiMockForCausalLM, dtype=bfloat16 (mock, no weights)", prefix
-    )
-    if args.mock_startup_delay:
-        await asyncio.sleep(args.mock_startup_delay)
+    await _load(args, stop, prefix)
     runner = await _serve(build_app(args, engine, faults), args.host, args.port)
     scheduler = asyncio.create_task(engine.run())
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
@@ -145,12 +146,34 @@ def _publish_gpus(args: MockArgs, engine: Engine, peers: Rank0 | None) -> asynci
     return asyncio.create_task(publish(share, current))
 
 
+def _stalls(args: MockArgs) -> bool:
+    """``--mock-startup-stall`` or ``KIMI_MOCK_STARTUP_STALL=1`` (a per-node env in a YAML)."""
+    flag = os.environ.get("KIMI_MOCK_STARTUP_STALL", "").strip().lower()
+    return bool(args.mock_startup_stall) or flag in ("1", "true", "yes")
+
+
+async def _load(args: MockArgs, stop: asyncio.Event, prefix: str) -> None:
+    """What loading weights logs, then ``--mock-startup-delay`` (ends early when stopped)."""
+    log.info(
+        "[%s] Load weight end. type=KimiMockForCausalLM, dtype=bfloat16 (mock, no weights)", prefix
+    )
+    if args.mock_startup_delay:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.mock_startup_delay)
+
+
 async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
     try:
         link, writer = await join(args.dist_init_addr, args.node_rank, args.mock_join_timeout)
     except (RendezvousError, OSError) as exc:
         log.error("[%s] %s", prefix, exc)
         return 1
+    if _stalls(args):  # joined, then silent until stopped: its /health stub never answers
+        await stop.wait()
+        writer.close()
+        return 0
+    # as SGLang's ranks >= 1: the health stub is served once this node's schedulers are up
+    await _load(args, stop, prefix)
     runner = await _serve(build_dummy_app(), args.host, args.port)
     log.info("[%s] Dummy health server on http://%s:%d", prefix, args.host, args.port)
     latest = [Load()]  # rank 0's last window: the replica's GPUs work in lockstep

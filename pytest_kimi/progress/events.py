@@ -38,6 +38,22 @@ class NodeChanged:
 
 
 @dataclass(frozen=True)
+class NodeLog:
+    """A process still coming up, at the bring-up's report interval (``startup_report_s``):
+    its state and the last line of its log, so a 30-minute start-up shows where each node is."""
+
+    layout: str
+    name: str
+    node: str
+    role: str
+    replica: int | None
+    rank: int | None
+    state: str  # "starting" (its health does not answer yet) or "healthy" (waits for others)
+    line: str  # the last non-empty line of its log
+    at: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
 class BringUpDone:
     """Every replica answered its warm-up: the deployment is ready to measure."""
 
@@ -92,6 +108,7 @@ class Message:
 
 Event = (
     NodeChanged
+    | NodeLog
     | BringUpDone
     | MeasureStarted
     | RequestStarted

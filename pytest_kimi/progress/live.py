@@ -26,6 +26,7 @@ from pytest_kimi.progress.events import (
     LayoutDone,
     Message,
     NodeChanged,
+    NodeLog,
 )
 from pytest_kimi.progress.model import LayoutView, NodeRow, ProgressModel, RunRow, rate_text
 from pytest_kimi.progress.plain import done_line
@@ -69,7 +70,7 @@ class LiveProgress:
                 self.pause()  # nothing was measured: a line saying why, no empty bar
                 self.write(done_line(None, event))
                 return
-            phase = "bringup" if isinstance(event, NodeChanged | BringUpDone) else "run"
+            phase = "bringup" if isinstance(event, NodeChanged | NodeLog | BringUpDone) else "run"
             self._show(event.layout, phase)
             if isinstance(event, BringUpDone | LayoutDone):
                 self.pause()

@@ -12,6 +12,7 @@ from pytest_kimi.progress.events import (
     LayoutDone,
     MeasureStarted,
     NodeChanged,
+    NodeLog,
     NodeState,
     RequestFinished,
     RequestStarted,
@@ -102,6 +103,10 @@ class ProgressModel:
     def apply(self, event: Event) -> None:
         if isinstance(event, NodeChanged):
             self._node(event)
+        elif isinstance(event, NodeLog):  # the row shows the latest log line
+            row = self.layout(event.layout).nodes.get(event.name)
+            if row is not None:
+                row.detail = event.line
         elif isinstance(event, BringUpDone):
             view = self.layout(event.layout)
             view.ready = True

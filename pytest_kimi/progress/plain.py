@@ -15,6 +15,7 @@ from pytest_kimi.progress.events import (
     MeasureStarted,
     Message,
     NodeChanged,
+    NodeLog,
     RequestFinished,
 )
 from pytest_kimi.progress.model import ProgressModel, RunRow, rate_text
@@ -45,6 +46,8 @@ class PlainProgress:
         """The line ``event`` deserves (the model already holds it), or None."""
         if isinstance(event, NodeChanged):
             return node_line(self.model, event)
+        if isinstance(event, NodeLog):
+            return log_line(self.model, event)
         if isinstance(event, MeasureStarted):
             self._tenths[event.layout] = 0
             return f"[kimi {event.layout}] measuring {event.total} requests"
@@ -75,6 +78,14 @@ def node_line(model: ProgressModel, event: NodeChanged) -> str | None:
         reason = event.detail.splitlines()[0] if event.detail else "failed"
         return f"{head} {row.name} on {row.node} failed: {reason}"
     return None
+
+
+def log_line(model: ProgressModel, event: NodeLog) -> str:
+    """``[kimi tp32] node603 replica0 rank2: starting, 312s (log: "Load weight end. ...")``."""
+    row = model.layout(event.layout).nodes.get(event.name)
+    who = f"replica{event.replica} rank{event.rank}" if event.replica is not None else event.role
+    since = f", {row.elapsed(event.at):.0f}s" if row is not None else ""
+    return f'[kimi {event.layout}] {event.node} {who}: {event.state}{since} (log: "{event.line}")'
 
 
 def run_status(run: RunRow, now: float) -> str:

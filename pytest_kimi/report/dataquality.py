@@ -10,7 +10,7 @@ text and counters.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,31 +38,57 @@ class Finding:
     first: str
 
 
-def scan_text(name: str, text: str, router: bool = False) -> list[Finding]:
-    text = ANSI.sub("", text)
-    findings = []
+def _kinds(router: bool) -> dict[str, re.Pattern[str]]:
     kinds = dict(PATTERNS)
     if router:
         kinds["router health-check failure"] = ROUTER_HEALTH
-    for kind, pattern in kinds.items():
-        lines = [line for line in text.splitlines() if pattern.search(line)]
-        if lines:
-            findings.append(Finding(kind, name, len(lines), lines[0].strip()[:240]))
-    return findings
+    return kinds
+
+
+def scan_lines(name: str, lines: Iterable[str], router: bool = False) -> list[Finding]:
+    """Count each kind's matching lines, one line at a time (a log of any size, in constant
+    memory); the first match of each kind is kept for the note."""
+    kinds = _kinds(router)
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for raw in lines:
+        line = ANSI.sub("", raw)
+        for kind, pattern in kinds.items():
+            if pattern.search(line):
+                counts[kind] = counts.get(kind, 0) + 1
+                first.setdefault(kind, line.strip()[:240])
+    return [Finding(kind, name, counts[kind], first[kind]) for kind in kinds if kind in counts]
+
+
+def scan_text(name: str, text: str, router: bool = False) -> list[Finding]:
+    return scan_lines(name, text.splitlines(), router)
+
+
+def _log_lines(path: Path, until: int | None) -> Iterator[str]:
+    """The lines of ``path`` up to byte ``until`` (all of it when None), decoded leniently,
+    read one at a time."""
+    left = until
+    with path.open("rb") as fh:
+        for raw in fh:
+            if left is not None:
+                if left <= 0:
+                    return
+                raw = raw[:left]
+                left -= len(raw)
+            yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 def scan_logs(log_dir: Path, until: Mapping[str, int] | None = None) -> list[Finding]:
-    """Every ``*.log`` in ``log_dir``; the router's is the one named ``router.log``.
+    """Every ``*.log`` in ``log_dir``, streamed line by line (a multi-gigabyte
+    ``NCCL_DEBUG=INFO`` log is never held in memory); the router's is ``router.log``.
 
     ``until`` maps a log's file name to the byte offset where teardown began: what follows
     is the harness stopping the processes (ranks losing rank 0), so it is not checked."""
     findings: list[Finding] = []
     for path in sorted(log_dir.glob("*.log")):
-        data = path.read_bytes()
-        if until and path.name in until:
-            data = data[: until[path.name]]
-        text = data.decode("utf-8", errors="replace")
-        findings += scan_text(path.name, text, router=path.name == "router.log")
+        stop = until.get(path.name) if until else None
+        lines = _log_lines(path, stop)
+        findings += scan_lines(path.name, lines, router=path.name == "router.log")
     return findings
 
 

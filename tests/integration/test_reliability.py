@@ -342,3 +342,27 @@ def test_worker_5xx_hidden_by_router_retries_is_a_note(project: pytest.Pytester,
     assert summary["complete"] is True, result.stdout.str()[-3000:]
     assert "router retried" in (run / "comparison.md").read_text()
     assert leftovers(project.path) == []
+
+
+def test_a_node_that_stalls_during_start_up_is_named_with_every_node_tail(
+    project: pytest.Pytester, leftovers
+):
+    # n4 (replica 1, rank 1) joins its replica, then hangs writing nothing: its /health stub
+    # never answers; the hard cap is far away, the stall time-out names it
+    stalling = CLUSTER.replace(
+        "  - {name: n4, host: 127.0.0.1, gpus: 4}",
+        "  - {name: n4, host: 127.0.0.1, gpus: 4, env: {KIMI_MOCK_STARTUP_STALL: '1'}}",
+    ).replace("startup_timeout_s: 60", "startup_timeout_s: 600")
+    project.makefile(".yaml", cluster=stalling)
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-report-dir=out", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*replica1-node1-n4 (replica 1 node n4, 127.0.0.1) stalled: its "
+                                 "log has not grown for *s (startup_stall_s: 20)*"])  # fmt: skip
+    result.stdout.fnmatch_lines(["*last lines of every other process*"])
+    result.stdout.fnmatch_lines(["*--- replica0-node0-n1 on n1 (127.0.0.1) ---*"])
+    assert leftovers(project.path) == []
+    [run] = list((project.path / "out").iterdir())
+    written = (run / "wide" / "startup-failure.txt").read_text()
+    assert "stalled" in written and "--- replica1-node1-n4 on n4" in written

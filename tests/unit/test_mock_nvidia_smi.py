@@ -118,7 +118,9 @@ def test_an_unknown_field_is_refused_like_nvidia_smi(tmp_path):
 def test_state_dirs_are_per_run_locally_and_per_node_over_ssh():
     local = load_cluster(DEFAULT_CLUSTER)
     node = local.nodes[0]
-    assert mock_gpu_dir(local, node, "run1/tp32") == "/tmp/pytest-kimi/mock-gpus/run1/tp32/node601"
+    assert (
+        mock_gpu_dir(local, node, "run1/tp32") == "/var/tmp/pytest-kimi/mock-gpus/run1/tp32/node601"
+    )
     assert mock_gpu_dir(local, node, None) is None
     ssh = dataclasses.replace(local, executor="ssh", work_dir="/scratch/k/")
     assert mock_gpu_dir(ssh, node, "run1/tp32") == "/scratch/k/mock-gpus/node601"
