@@ -69,7 +69,8 @@ def test_kill_9_of_pytest_mid_run_leaves_no_mock_server_or_router(tmp_path: Path
     cluster.write_text(slow.replace("num_requests: 40", "num_requests: 24"))
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}", "--layout=tp32",
-            f"--kimi-report-dir={out}", "-p", "no:cacheprovider", f"--rootdir={ROOT}", "-q"]  # fmt: skip
+            f"--kimi-report-dir={out}", "-p", "no:cacheprovider", f"--rootdir={ROOT}",
+            "-q"]  # fmt: skip
     log = tmp_path / "pytest.log"
     with log.open("wb") as sink:
         harness = subprocess.Popen(argv, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT)
