@@ -61,6 +61,7 @@ def deployment(
         on_state=node_events(layout.name, progress or NoProgress()),
     )
     with sigterm_as_interrupt(), _teardown(dep, inputs, layout, folder, result, say):
+        earlier_runs(inputs, executor, plan, say)
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
@@ -97,6 +98,19 @@ def gpu_preflight(
     ]
 
 
+def earlier_runs(inputs: Inputs, executor: Executor, plan: DeploymentPlan, say: Say) -> None:
+    """SSH: processes earlier runs left on the plan's nodes fail bring-up, listed; with
+    ``--kimi-reap`` they are stopped (:mod:`pytest_kimi.deploy.leftovers`). Local clusters
+    are not scanned: their processes die with the harness (the executor's lifeline)."""
+    if inputs.cluster.executor != "ssh":
+        return
+    from pytest_kimi.deploy import leftovers
+
+    leftovers.check(executor, [s.node for s in plan.processes], inputs.cluster.work_dir,
+                    reap_them=inputs.options.reap,
+                    say=lambda m: say(f"[kimi {plan.layout.name}] {m}"))  # fmt: skip
+
+
 def _with_gpus(environments: list[dict], gpus: list[dict]) -> list[dict]:
     """Each node's environment with its pre-flight record (driver, CUDA, GPUs) added."""
     by_node = {g["node"]: g["gpu_preflight"] for g in gpus}
@@ -124,7 +138,8 @@ def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     from pytest_kimi.deploy.ssh import SSHExecutor
 
     if inputs.cluster.executor == "ssh":
-        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}")
+        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}",
+                           max_s=inputs.cluster.deployment_max_s)  # fmt: skip
     return LocalExecutor()
 
 

@@ -184,6 +184,7 @@ class ClusterConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     nvidia_smi: tuple[str, ...] = ()  # argv of nvidia-smi on the nodes; () = "nvidia-smi"
+    deployment_max_s: float = 43200.0  # SSH: the longest a node process may live (`timeout`)
 
     @property
     def time_scale(self) -> float:

@@ -294,6 +294,12 @@ class ClusterFile(_Model):
     )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
+    deployment_max_s: Seconds = Field(
+        43200.0,
+        description="SSH: the longest any process on the nodes may live (a dead man's switch: "
+        "coreutils timeout on each node, TERM then KILL 30 s later), so a killed harness cannot "
+        "leave the cluster busy for ever. Size it above bring-up plus the longest run.",
+    )
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
     nvidia_smi: Argv = Field(
