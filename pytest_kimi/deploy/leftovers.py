@@ -4,10 +4,12 @@ A harness that was SIGKILLed (or lost its nodes) leaves its processes running un
 maximum lifetime (:func:`pytest_kimi.deploy.remote.max_lifetime`); their GPUs and ports are
 then taken, and the next run would fail on "port in use" or load onto busy GPUs. Every process
 we start leaves ``<work_dir>/<run>/<layout>/<process>.pid`` and, beside it, ``.id``: the node's
-boot id and the pid's start time, both recorded at start. A pid counts as ours and alive only
-when the node's boot id and the pid's current start time both match what was recorded: a pid
-reused after a reboot, or by a stranger later, is never touched. Such pid files are *stale*:
-ignored (neither listed nor removed; they belong to their run's folder).
+boot id, the pid's start time and the node's host name, recorded at start (a ``work_dir`` on a
+shared file system holds every node's files: each node looks only at its own). A pid counts
+as ours and alive only when the node's boot id and the pid's current start time both match
+what was recorded: a pid reused after a reboot, or by a stranger later, is never touched.
+Such pid files are *stale*: ignored (neither listed nor removed; they belong to their run's
+folder).
 
 Found processes fail bring-up with a list (node, run, process, pid, age) unless ``--kimi-reap``
 is given; then they are stopped as a teardown stops them (TERM to every group, one grace,
@@ -71,18 +73,21 @@ def _age(seconds: int) -> str:
 
 def scan_command(work_dir: str) -> str:
     """Shell printing one tab-separated line per pid file under ``work_dir/*/*/`` (path, pid,
-    recorded boot id and start time, the pid's start time now, its age), then the boot id."""
+    recorded boot id and start time, the pid's start time now, its age, the recorded host
+    name), then the node's boot id and host name."""
     glob = shlex.quote(work_dir.rstrip("/")) + "/*/*/*.pid"
+    fields = "\\t".join(["pid"] + ["%s"] * 7)
     return (
         f"for f in {glob}; do "
         '[ -f "$f" ] || continue; pid=$(cat "$f" 2>/dev/null); '
         'case "$pid" in ""|*[!0-9]*) continue;; esac; '
         'id="${f%.pid}.id"; rb=$(sed -n 1p "$id" 2>/dev/null); rs=$(sed -n 2p "$id" 2>/dev/null); '
+        'rh=$(sed -n 3p "$id" 2>/dev/null); '
         f"now=$({remote.start_time('$pid')}); "
         'age=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d " "); '
-        'printf \'pid\\t%s\\t%s\\t%s\\t%s\\t%s\\t%s\\n\' "$f" "$pid" "$rb" "$rs" "$now" "$age"; '
+        f'printf \'{fields}\\n\' "$f" "$pid" "$rb" "$rs" "$now" "$age" "$rh"; '
         "done; "
-        f"printf 'boot\\t%s\\n' \"$(cat {remote.BOOT_ID} 2>/dev/null)\""
+        f'printf \'boot\\t%s\\nhost\\t%s\\n\' "$(cat {remote.BOOT_ID} 2>/dev/null)" "$(uname -n)"'
     )
 
 
@@ -90,6 +95,7 @@ def parse_scan(node: Node, work_dir: str, out: str) -> tuple[list[Leftover], lis
     """Our live processes, and the pid files that are stale, from :func:`scan_command`."""
     rows = [line.split("\t") for line in out.splitlines()]
     boot = next((r[1] for r in rows if r[0] == "boot" and len(r) > 1), "")
+    host = next((r[1] for r in rows if r[0] == "host" and len(r) > 1), "")
     found: list[Leftover] = []
     stale: list[Stale] = []
     prefix = work_dir.rstrip("/") + "/"
@@ -97,6 +103,9 @@ def parse_scan(node: Node, work_dir: str, out: str) -> tuple[list[Leftover], lis
         if row[0] != "pid" or len(row) < 7:
             continue
         path, pid, rec_boot, rec_start, now, age = row[1:7]
+        rec_host = row[7] if len(row) > 7 else ""
+        if rec_host and host and rec_host != host:
+            continue  # another node's file (a shared work_dir): its own scan looks at it
         if not now:  # no such process: it ended; nothing to say
             continue
         why = ""

@@ -5,7 +5,7 @@ that reaches a shell is quoted with :func:`shlex.quote` or is an ``int``. A proc
 ``setsid nohup sh -c '<script>' & echo $! >PID; cat PID`` (:func:`process_script`: output to
 LOG, exit code to EXIT): the pid is its process-group id, and the node writes it down itself,
 so teardown can find a process whose start was interrupted before we read it (``adopt``).
-Beside it the node records the pid's identity (ID: its boot id and start time), so a later run
+Beside it the node records the pid's identity (ID: boot id, start time, host name), so a later run
 can tell one of our processes left running from a stranger that got the same pid after a
 reboot (:mod:`pytest_kimi.deploy.leftovers`).
 ``ps -o stat= -g PGID`` with zombies excluded says whether a group is alive.
@@ -40,7 +40,7 @@ class RemoteFiles:
     exit: str
     pid: str
     env: str = ""  # the environment file, removed by the process's shell once read
-    ident: str = ""  # the pid's identity: the node's boot id, then the pid's start time
+    ident: str = ""  # the pid's identity: the node's boot id, the pid's start time, hostname
 
     @classmethod
     def of(cls, remote_dir: str, spec: ProcessSpec) -> RemoteFiles:
@@ -155,14 +155,14 @@ def start(
     kill_after_s: float = KILL_AFTER_S,
 ) -> str:
     """Start ``spec`` detached in its own session, for at most ``max_s`` seconds; prints (and
-    records) its group id, and records the pid's identity (boot id, start time) beside it."""
+    records) its group id, and records the pid's identity (boot id, start time, host name)
+    beside it."""
     script = process_script(spec, files, env_file, max_s, kill_after_s)
     pid_file = shlex.quote(files.pid)
     ident = ""
     if files.ident:
-        ident = (
-            f"{{ cat {BOOT_ID}; {start_time('$p')}; }} >{shlex.quote(files.ident)} 2>/dev/null; "
-        )
+        facts = f"cat {BOOT_ID}; {start_time('$p')}; uname -n"
+        ident = f"{{ {facts}; }} >{shlex.quote(files.ident)} 2>/dev/null; "
     return (
         f"setsid nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null & "
         f"p=$!; echo $p >{pid_file}; {ident}cat {pid_file}"

@@ -81,11 +81,11 @@ def test_a_pid_whose_identity_does_not_match_is_stale_and_never_touched(
 ):
     files, pgid = started("r2/tp32", "replica0-node0-n0")
     ident = Path(files.ident)
-    boot, start = ident.read_text().split()
+    boot, start, host = ident.read_text().split()
     if edit == "boot":  # as after a reboot: the pid now names someone else's process
-        ident.write_text(f"00000000-0000-0000-0000-000000000000\n{start}\n")
+        ident.write_text(f"00000000-0000-0000-0000-000000000000\n{start}\n{host}\n")
     elif edit == "start":  # the pid was reused by a later process
-        ident.write_text(f"{boot}\n{int(start) + 1}\n")
+        ident.write_text(f"{boot}\n{int(start) + 1}\n{host}\n")
     else:
         ident.unlink()
     found, stale = leftovers.find(LocalExecutor(), [NODE], str(tmp_path / "work"))
@@ -124,3 +124,5 @@ def test_the_listing_parses_ages_and_ignores_noise():
         ("r/tp32", "a", 12, 3725)
     ]
     assert "running for 1h02m" in found[0].describe()
+    other = "pid\t/w/r/tp32/c.pid\t14\tB\t79\t79\t5\tnode602\nboot\tB\nhost\tnode601\n"
+    assert leftovers.parse_scan(NODE, "/w", other) == ([], [])  # another node's file

@@ -5,6 +5,7 @@ shell, and the status commands read it back. (tests/ssh runs them over real SSH.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -171,7 +172,8 @@ def test_the_maximum_lifetime_ends_the_group_and_the_exit_file_says_so(tmp_path:
     files = remote.RemoteFiles.of(str(tmp_path), spec)
     pgid = remote.parse_pid(_sh(remote.start(spec, files, max_s=1, kill_after_s=1), shell))
     assert pgid is not None
-    boot, start = Path(files.ident).read_text().split()  # the pid's identity, recorded
+    boot, start, host = Path(files.ident).read_text().split()  # the pid's identity, recorded
+    assert host == os.uname().nodename
     assert boot == Path(remote.BOOT_ID).read_text().strip()
     assert start == Path(f"/proc/{pgid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     assert _until_exited(files, pgid) == 124  # timed out: TERM was enough
