@@ -151,7 +151,10 @@ class LocalExecutor:
             handle.popen.poll()  # reap the leader if it is gone
 
     def alive(self, handle: Handle) -> bool:
-        """True while any process of the group exists (zombies of our own child excluded)."""
+        """True while any process of the group exists (zombies of our own child excluded).
+        The lifeline's watcher is a member: a group whose command exited on its own counts as
+        alive until it is signalled or the lifeline is cut; :meth:`exit_code` says whether the
+        command itself exited."""
         if handle.popen is not None:
             handle.popen.poll()  # reap the leader so it does not count as alive
         return group_alive(handle.pgid)
