@@ -74,6 +74,7 @@ def deployment(
         contextlib.ExitStack() as locked,  # released after teardown stopped everything
         _teardown(dep, inputs, layout, folder, result, say),
     ):
+        earlier_runs(inputs, executor, plan, say)
         locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say))
         addrs = node_addresses(inputs, executor, say)
         if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
@@ -164,6 +165,19 @@ def check_router_version(inputs: Inputs, executor: Executor, plan: DeploymentPla
         )
 
 
+def earlier_runs(inputs: Inputs, executor: Executor, plan: DeploymentPlan, say: Say) -> None:
+    """SSH: processes earlier runs left on the plan's nodes fail bring-up, listed; with
+    ``--kimi-reap`` they are stopped (:mod:`pytest_kimi.deploy.leftovers`). Local clusters
+    are not scanned: their processes die with the harness (the executor's lifeline)."""
+    if inputs.cluster.executor != "ssh":
+        return
+    from pytest_kimi.deploy import leftovers
+
+    leftovers.check(executor, [s.node for s in plan.processes], inputs.cluster.work_dir,
+                    reap_them=inputs.options.reap,
+                    say=lambda m: say(f"[kimi {plan.layout.name}] {m}"))  # fmt: skip
+
+
 def _with_gpus(environments: list[dict], gpus: list[dict]) -> list[dict]:
     """Each node's environment with its pre-flight record (driver, CUDA, GPUs) added."""
     by_node = {g["node"]: g["gpu_preflight"] for g in gpus}
@@ -204,7 +218,8 @@ def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     from pytest_kimi.deploy.ssh import SSHExecutor
 
     if inputs.cluster.executor == "ssh":
-        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}")
+        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}",
+                           max_s=inputs.cluster.deployment_max_s)  # fmt: skip
     return LocalExecutor()
 
 

@@ -32,6 +32,7 @@ class Options:
     category: str | None = None  # over workload.category
     prompt: str | None = None  # over workload.prompt
     tokenizer: str | None = None  # local tokenizer dir for prompt: chat_template
+    reap: bool = False  # --kimi-reap: stop processes earlier runs left on the nodes
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -155,6 +156,14 @@ def add_options(parser: pytest.Parser) -> None:
         "tokens/s and cluster time per layout), plain lines, or none. Default auto: live on "
         "a terminal, plain lines when output is not a terminal, under xdist, or with -qq",
     )
+    group.addoption(
+        "--kimi-reap",
+        dest="kimi_reap",
+        action="store_true",
+        help="SSH clusters: stop the processes earlier runs left running on the nodes (found "
+        "from their pid files, checked against boot id and start time) instead of refusing "
+        "to start",
+    )
     parser.addini("kimi_layout", "default for --layout")
     parser.addini("kimi_cluster", "default for --cluster")
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
@@ -195,6 +204,7 @@ def resolve(config: pytest.Config) -> Options:
         category=config.getoption("kimi_category"),
         prompt=config.getoption("kimi_prompt"),
         tokenizer=config.getoption("kimi_tokenizer"),
+        reap=bool(config.getoption("kimi_reap", False)),
     )
 
 

@@ -5,6 +5,9 @@ Everything a test, a benchmark or the local executor starts runs in its own sess
 group stops all of them. Stopping is one sequence for any number of groups: TERM to every
 group at once, one shared grace period, KILL for the rest, and a report of what survived.
 
+A :class:`Lifeline` ties groups to this process's life: each group holds a tiny watcher that
+kills the group when this process dies, however it dies (``kill -9`` included).
+
 Signals for the process that owns the groups live here too: :func:`sigterm_as_interrupt`
 lets SIGTERM unwind like Ctrl-C (so ``finally`` blocks stop the groups), and
 :func:`hold_signals` keeps Ctrl-C / SIGTERM from interrupting a teardown half-way.
@@ -29,6 +32,80 @@ T = TypeVar("T")
 KILL_WAIT_S = 5.0  # after KILL: how long to wait for the kernel to take a group down
 
 
+# The group's first shell: fd 0 is the lifeline's read end. It moves it to fd 3, gives itself
+# /dev/null as stdin, starts the watcher in the background (stdin: the lifeline), closes fd 3,
+# runs the caller's setup (``$1``) and execs the command: the command keeps the group leader's
+# pid, so exit codes and pgid are as without a lifeline. The watcher's ``cat`` returns only at
+# end-of-file: when every write end is closed, i.e. when the owner has died or closed it.
+# ``kill -s KILL 0`` then kills the watcher's own process group: the command and everything it
+# started (no pgid to look up, so no chance to hit a stranger's group).
+_WATCHER = (
+    "exec 3<&0 </dev/null\n"
+    "{ cat >/dev/null; kill -s KILL 0; } <&3 >/dev/null 2>&1 &\n"
+    "exec 3<&-\n"
+    'eval "$1"; shift\n'
+    'exec "$@"'
+)
+
+
+class Lifeline:
+    """A pipe that ties process groups to this process's life.
+
+    This process keeps the write end (close-on-exec, so no child inherits it; ``subprocess``
+    closes every other descriptor in its children too). Every group started with it holds a
+    watcher (``cat`` on the read end, then ``kill -s KILL 0``): when this process dies, even
+    by SIGKILL, the kernel closes the write end, the watcher reads end-of-file and kills its
+    whole group, the command's children included.
+
+    Why a pipe and not ``prctl(PR_SET_PDEATHSIG)``: the parent-death signal fires when the
+    *thread* that forked the child exits, not the process (our threads and pytest-xdist's
+    start processes), it is lost across a set-uid exec, and it reaches only the direct child,
+    not the grandchildren the command starts. A pipe closes only when the last holder of the
+    write end is gone, and the watcher sits in the group it kills. A watcher per group (and
+    not one per harness, sent pgids) never signals a group id that was reused. The watcher is
+    ``sh`` and ``cat``: a few hundred kilobytes per group.
+
+    :meth:`close` closes the write end: every group still alive is then killed (a safety net
+    after a teardown that left something behind). A forked child of this process that does
+    not exec (``multiprocessing`` with fork) would keep the write end open: we start none."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()  # both close-on-exec (PEP 446)
+
+    @property
+    def closed(self) -> bool:
+        return self._write < 0
+
+    def wrap(self, argv: Sequence[str], setup: str = "") -> list[str]:
+        """``argv`` behind the watcher's shell; ``setup`` (shell lines) runs first, in the
+        shell that then execs ``argv``, so what it sets reaches it."""
+        return ["sh", "-c", _WATCHER, "sh", setup, *argv]
+
+    def start(
+        self,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        setup: str = "",
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        append: bool = False,
+    ) -> subprocess.Popen[bytes]:
+        """:func:`start_group` with this lifeline: the group dies with this process."""
+        if self.closed:
+            raise RuntimeError("lifeline closed: its groups are being killed")
+        return start_group(
+            self.wrap(argv, setup), log, env=env, cwd=cwd, append=append, stdin=self._read
+        )
+
+    def close(self) -> None:
+        """Cut the lifeline: every group started with it that is still alive is killed."""
+        for fd in (self._write, self._read):
+            if fd >= 0:
+                os.close(fd)
+        self._read = self._write = -1
+
+
 def start_group(
     argv: Sequence[str],
     log: Path,
@@ -36,15 +113,16 @@ def start_group(
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
     append: bool = False,
+    stdin: int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session (its pid is its process-group id), stdin from
-    /dev/null, stdout and stderr to ``log`` (created with its folder; appended to if
-    ``append``). ``env=None`` inherits this process's environment."""
+    /dev/null (or the descriptor ``stdin``), stdout and stderr to ``log`` (created with its
+    folder; appended to if ``append``). ``env=None`` inherits this process's environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab" if append else "wb") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=None if env is None else dict(env),

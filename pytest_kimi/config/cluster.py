@@ -236,6 +236,7 @@ class ClusterConfig:
     startup_stall_s: float = 600.0  # a starting process's log silent this long: stalled
     startup_report_s: float = 60.0  # between bring-up reports (state, last log line)
     logs: LogsConfig = field(default_factory=LogsConfig)
+    deployment_max_s: float = 43200.0  # SSH: the longest a node process may live (`timeout`)
 
     @property
     def time_scale(self) -> float:

@@ -93,6 +93,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         slo=dict(raw.slo),
         mock=mock,
         startup_timeout_s=raw.startup_timeout_s,
+        deployment_max_s=raw.deployment_max_s,
         source=src,
         work_dir=raw.work_dir,
         regression=dict(raw.regression),

@@ -376,6 +376,12 @@ class ClusterFile(_Model):
         60.0, description="Seconds between bring-up reports (each process's state, last log line)."
     )
     logs: Logs = Field(default_factory=Logs, description=Logs.__doc__)
+    deployment_max_s: Seconds = Field(
+        43200.0,
+        description="SSH: the longest any process on the nodes may live (a dead man's switch: "
+        "coreutils timeout on each node, TERM then KILL 30 s later), so a killed harness cannot "
+        "leave the cluster busy for ever. Size it above bring-up plus the longest run.",
+    )
     telemetry: Telemetry = Field(default_factory=Telemetry, description=Telemetry.__doc__)
     preflight: Preflight = Field(default_factory=Preflight, description=Preflight.__doc__)
     network: Network = Field(default_factory=Network, description=Network.__doc__)

@@ -4,7 +4,10 @@ The deployment code is the same for every executor; only how a process is starte
 ``LocalExecutor`` runs each "node" as a local process group (the embedded mock backend,
 through :mod:`pytest_kimi.procgroup`). Every process gets its own session (``setsid``), so
 stopping its group stops everything it started, and the executor remembers every group it
-made so teardown can check none is left.
+made so teardown can check none is left. Every group also holds a watcher on the executor's
+:class:`~pytest_kimi.procgroup.Lifeline`: if the harness dies (``kill -9`` included), the kernel
+closes the lifeline and each group kills itself; :meth:`LocalExecutor.close` cuts it too, so
+nothing outlives the deployment's teardown.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Protocol
 from pytest_kimi.config import Node
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.procgroup import group_alive, signal_group, start_group
+from pytest_kimi.procgroup import Lifeline, group_alive, signal_group
 
 
 @dataclass
@@ -68,6 +71,7 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self._started: dict[str, subprocess.Popen] = {}
+        self.lifeline = Lifeline()  # every group we start dies with us
 
     def port_in_use(self, node: Node, port: int) -> bool:
         """Whether something already listens on ``node.host:port`` (a bind test)."""
@@ -120,16 +124,15 @@ class LocalExecutor:
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         """The environment goes through ``subprocess`` (never a command line); setup lines
-        run in a ``sh`` that then execs argv, so what they set reaches it."""
+        run in the lifeline's ``sh``, which then execs argv, so what they set reaches it."""
         from pytest_kimi.deploy.remote import setup_lines
 
         env = {**os.environ, **spec.launch_env, "PYTHONUNBUFFERED": "1"}
-        argv: tuple[str, ...] = spec.argv
+        setup = ""
         if spec.setup:
             where = "router.setup" if spec.role == "router" else "server.setup"
-            script = setup_lines(spec.setup, where) + '\nexec "$@"'
-            argv = ("sh", "-c", script, "sh", *spec.argv)
-        popen = start_group(argv, log_path, env=env, append=True)
+            setup = setup_lines(spec.setup, where)
+        popen = self.lifeline.start(spec.argv, log_path, setup=setup, env=env, append=True)
         self._started[spec.name] = popen
         return Handle(spec, popen.pid, log_path, popen)
 
@@ -149,7 +152,10 @@ class LocalExecutor:
             handle.popen.poll()  # reap the leader if it is gone
 
     def alive(self, handle: Handle) -> bool:
-        """True while any process of the group exists (zombies of our own child excluded)."""
+        """True while any process of the group exists (zombies of our own child excluded).
+        The lifeline's watcher is a member: a group whose command exited on its own counts as
+        alive until it is signalled or the lifeline is cut; :meth:`exit_code` says whether the
+        command itself exited."""
         if handle.popen is not None:
             handle.popen.poll()  # reap the leader so it does not count as alive
         return group_alive(handle.pgid)
@@ -182,4 +188,5 @@ class LocalExecutor:
         return []
 
     def close(self) -> None:
-        return None
+        """Cut the lifeline: a group that survived teardown is killed by its watcher."""
+        self.lifeline.close()

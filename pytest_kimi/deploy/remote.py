@@ -5,7 +5,15 @@ that reaches a shell is quoted with :func:`shlex.quote` or is an ``int``. A proc
 ``setsid nohup sh -c '<script>' & echo $! >PID; cat PID`` (:func:`process_script`: output to
 LOG, exit code to EXIT): the pid is its process-group id, and the node writes it down itself,
 so teardown can find a process whose start was interrupted before we read it (``adopt``).
+Beside it the node records the pid's identity (ID: boot id, start time, host name), so a later run
+can tell one of our processes left running from a stranger that got the same pid after a
+reboot (:mod:`pytest_kimi.deploy.leftovers`).
 ``ps -o stat= -g PGID`` with zombies excluded says whether a group is alive.
+
+A dead man's switch bounds every process: the script runs the command under coreutils
+``timeout`` (:func:`max_lifetime`), so a harness that was killed, or lost its network, cannot
+leave a cluster busy for ever: after ``deployment_max_s`` (cluster file) the command gets TERM,
+and KILL 30 s later; the exit file then says 124 (timed out) or 137 (killed after the grace).
 
 No environment value is ever on a command line (every user of a node can read those in
 ``ps``): the executor writes the process's environment to a 0600 file, and the script sources
@@ -32,11 +40,38 @@ class RemoteFiles:
     exit: str
     pid: str
     env: str = ""  # the environment file, removed by the process's shell once read
+    ident: str = ""  # the pid's identity: the node's boot id, the pid's start time, hostname
 
     @classmethod
     def of(cls, remote_dir: str, spec: ProcessSpec) -> RemoteFiles:
         base = f"{remote_dir}/{spec.name}"
-        return cls(base + ".log", base + ".exit", base + ".pid", base + ".env")
+        return cls(base + ".log", base + ".exit", base + ".pid", base + ".env", base + ".id")
+
+
+DEFAULT_MAX_S = 12 * 3600.0  # a deployment's maximum lifetime unless the cluster file says
+KILL_AFTER_S = 30.0  # after the maximum lifetime's TERM: KILL for what is still there
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def start_time(pid: str) -> str:
+    """Shell printing ``pid``'s start time (clock ticks since boot, /proc/PID/stat field 22;
+    the fields after the command name, which may hold spaces); empty if there is no such
+    process or it is a zombie. ``pid`` is a shell word: an int, or a ``$var`` of digits."""
+    return f'awk \'{{sub(/.*\\) /, ""); if ($1 != "Z") print $20}}\' /proc/{pid}/stat 2>/dev/null'
+
+
+def max_lifetime(command: str, max_s: float, kill_after_s: float = KILL_AFTER_S) -> str:
+    """``command`` (a shell word list) under coreutils ``timeout``: TERM after ``max_s``, KILL
+    ``kill_after_s`` later. ``--foreground`` keeps ``timeout`` in our process group (without it
+    ``timeout`` makes a group of its own, which ``kill -- -PGID`` and our pid file would miss);
+    it then signals only its child, so :func:`process_script` ends the rest of the group."""
+    return f"timeout --foreground --kill-after={_secs(kill_after_s)}s {_secs(max_s)}s {command}"
+
+
+def _secs(value: float) -> str:
+    if value <= 0:
+        raise ValueError(f"a duration must be positive, not {value}")
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def mkdir(path: str) -> str:
@@ -65,21 +100,40 @@ def setup_lines(lines: tuple[str, ...] | list[str], where: str = "setup") -> str
     return "\n".join(out)
 
 
-def process_script(spec: ProcessSpec, files: RemoteFiles, env_file: str | None) -> str:
-    """What the detached shell runs: output to LOG, the exit code to EXIT whatever way the
-    shell ends (an EXIT trap: a failing setup line too; not a kill), the environment from
-    ``env_file``, the setup lines, then argv."""
-    parts = [
-        f"exec >{shlex.quote(files.log)} 2>&1 </dev/null",
-        f"trap {shlex.quote('echo $? >' + shlex.quote(files.exit))} EXIT",
-    ]
+def process_script(
+    spec: ProcessSpec,
+    files: RemoteFiles,
+    env_file: str | None,
+    max_s: float = DEFAULT_MAX_S,
+    kill_after_s: float = KILL_AFTER_S,
+) -> str:
+    """What the detached shell (the group leader) runs: output to LOG; the command under
+    :func:`max_lifetime` (an inner shell: the environment from ``env_file``, the setup lines,
+    then ``exec`` argv, so ``timeout``'s TERM reaches the command itself); its exit code to
+    EXIT (a failing setup line's too). The leader catches TERM, so a teardown's TERM to the
+    group lets it write the command's code (143 when TERM killed it); only KILL leaves no
+    exit file. When the maximum lifetime ran out (124, or 137 after the grace) it stops the
+    rest of the group the same way (TERM, the grace, KILL), itself included."""
+    inner = []
     if env_file:
-        parts.append(source_env(env_file))
+        inner.append(source_env(env_file))
     if spec.setup:
         where = "router.setup" if spec.role == "router" else "server.setup"
-        parts.append(setup_lines(spec.setup, where))
-    parts.append(shlex.join(spec.argv))
-    return "\n".join(parts)
+        inner.append(setup_lines(spec.setup, where))
+    inner.append("exec " + shlex.join(spec.argv))
+    grace = _secs(kill_after_s)
+    said = shlex.quote(f"pytest-kimi: maximum lifetime of {_secs(max_s)}s reached (exit ")
+    return "\n".join(
+        [
+            f"exec >{shlex.quote(files.log)} 2>&1 </dev/null",
+            "trap : TERM",
+            max_lifetime(f"sh -c {shlex.quote(chr(10).join(inner))}", max_s, kill_after_s),
+            f"c=$?; echo $c >{shlex.quote(files.exit)}",
+            f'case $c in 124|137) echo {said}"$c); stopping its process group"; '
+            f"kill -s TERM 0; sleep {grace}; kill -s KILL 0;; esac",
+            "exit $c",
+        ]
+    )
 
 
 def probe_script(spec: ProcessSpec, command: str, env_file: str | None) -> str:
@@ -93,13 +147,25 @@ def probe_script(spec: ProcessSpec, command: str, env_file: str | None) -> str:
     return "\n".join(parts)
 
 
-def start(spec: ProcessSpec, files: RemoteFiles, env_file: str | None = None) -> str:
-    """Start ``spec`` detached in its own session; prints (and records) its group id."""
-    script = process_script(spec, files, env_file)
+def start(
+    spec: ProcessSpec,
+    files: RemoteFiles,
+    env_file: str | None = None,
+    max_s: float = DEFAULT_MAX_S,
+    kill_after_s: float = KILL_AFTER_S,
+) -> str:
+    """Start ``spec`` detached in its own session, for at most ``max_s`` seconds; prints (and
+    records) its group id, and records the pid's identity (boot id, start time, host name)
+    beside it."""
+    script = process_script(spec, files, env_file, max_s, kill_after_s)
     pid_file = shlex.quote(files.pid)
+    ident = ""
+    if files.ident:
+        facts = f"cat {BOOT_ID}; {start_time('$p')}; uname -n"
+        ident = f"{{ {facts}; }} >{shlex.quote(files.ident)} 2>/dev/null; "
     return (
         f"setsid nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null & "
-        f"echo $! >{pid_file}; cat {pid_file}"
+        f"p=$!; echo $p >{pid_file}; {ident}cat {pid_file}"
     )
 
 

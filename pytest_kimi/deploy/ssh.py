@@ -2,8 +2,10 @@
 
 Each process starts detached in its own session, the way DESIGN.md's trials showed works:
 ``setsid nohup sh -c '<cmd> >LOG 2>&1; echo $? >EXIT' & echo $!``; the printed pid is the
-process-group id, so stopping the group stops everything the process started. Logs and exit
-codes live in ``<work_dir>/<run>/`` on the node and are fetched at teardown. The shell each
+process-group id, so stopping the group stops everything the process started; each runs for
+at most ``max_s`` (the cluster's ``deployment_max_s``: a dead man's switch, coreutils
+``timeout`` on the node). Logs and exit codes live in ``<work_dir>/<run>/`` on the node and
+are fetched at teardown. The shell each
 step runs is built (and quoted) in :mod:`pytest_kimi.deploy.remote` (and, for a process in a
 container, wrapped by :mod:`pytest_kimi.deploy.container` so it runs inside); this module
 connects, runs it and turns failures into :class:`NodeError`.
@@ -66,10 +68,16 @@ class SSHExecutor:
     poll_s = 0.5
 
     def __init__(
-        self, work_dir: str, run_tag: str, environ: Mapping[str, str] | None = None
+        self,
+        work_dir: str,
+        run_tag: str,
+        environ: Mapping[str, str] | None = None,
+        *,
+        max_s: float = remote.DEFAULT_MAX_S,
     ) -> None:
         self.work_dir = work_dir.rstrip("/") or "/"
         self.remote_dir = f"{work_dir.rstrip('/')}/{run_tag}"
+        self.max_s = max_s  # every process's maximum lifetime on its node (dead man's switch)
         self.run_tag = run_tag
         self.environ = os.environ if environ is None else environ
         self._started_boxes: dict[str, tuple[Node, container.Box]] = {}  # run mode: ours
@@ -248,10 +256,11 @@ class SSHExecutor:
         if box is None:
             # the node records the group id itself: if we are interrupted before reading it,
             # teardown still finds the process (adopt)
-            code, out = self.run(spec.node, remote.start(spec, files, env_file))
+            code, out = self.run(spec.node, remote.start(spec, files, env_file, self.max_s))
         else:
             self._enter(spec, box)
-            inside = container.exec_in(box, remote.start(spec, files), spec.launch_env)
+            start = remote.start(spec, files, max_s=self.max_s)
+            inside = container.exec_in(box, start, spec.launch_env)
             command = container.with_env_file(env_file, inside) if env_file else inside
             code, out = self.run(spec.node, command)
         pid = remote.parse_pid(out)

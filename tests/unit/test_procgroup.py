@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.procgroup import (
+    Lifeline,
     group_alive,
     hold_signals,
     popen_alive,
@@ -172,3 +173,57 @@ def test_hold_signals_notes_ctrl_c_and_sigterm_and_restores_the_handlers():
             _until(lambda sig=sig: sig in held, f"{sig.name} to be held")
     assert held == [signal.SIGINT, signal.SIGTERM]  # neither unwound the block
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+# a harness in miniature: starts a group on a lifeline, says the group id, then waits to die
+HARNESS = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from pytest_kimi.procgroup import Lifeline\n"
+    "line = Lifeline()\n"
+    "child = {tree!r}\n"
+    "popen = line.start([sys.executable, '-c', child], Path(sys.argv[1]))\n"
+    "print(popen.pid, flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def test_a_lifeline_group_dies_with_its_harness_even_by_sigkill(tmp_path: Path):
+    log = tmp_path / "tree.log"
+    script = HARNESS.format(tree=WITH_GRANDCHILD)
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script, str(log)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )  # fmt: skip
+    try:
+        assert harness.stdout is not None
+        pgid = int(harness.stdout.readline())
+        _until(lambda: "grandchild" in log.read_text(), "the grandchild")
+        grandchild = int(log.read_text().split()[1])
+        assert os.getpgid(grandchild) == pgid and group_alive(pgid)
+        harness.kill()  # SIGKILL: no finally, no atexit, only the kernel closes the pipe
+        harness.wait()
+        _until(lambda: not group_alive(pgid), "the group to die with its harness")
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+    assert not _pid_alive(grandchild)
+
+
+def test_closing_a_lifeline_kills_its_groups_and_keeps_exit_codes_and_setup(tmp_path: Path):
+    line = Lifeline()
+    try:
+        done = line.start(["sh", "-c", 'echo "x=$X"; exit 7'], tmp_path / "done.log",
+                          setup="X=5; export X")  # fmt: skip
+        assert done.wait(timeout=30) == 7  # the command is the leader: its own exit code
+        assert (tmp_path / "done.log").read_text() == "x=5\n"
+        log = tmp_path / "tree.log"
+        tree = line.start([sys.executable, "-c", WITH_GRANDCHILD], log)
+        _until(lambda: "grandchild" in log.read_text(), "the grandchild")
+        assert os.getsid(tree.pid) == tree.pid and group_alive(tree.pid)
+    finally:
+        line.close()
+    _until(lambda: not popen_alive(tree), "the group to die when the lifeline is cut")
+    assert tree.returncode == -signal.SIGKILL
+    with pytest.raises(RuntimeError, match="lifeline closed"):
+        line.start(["true"], tmp_path / "late.log")

@@ -5,6 +5,7 @@ shell, and the status commands read it back. (tests/ssh runs them over real SSH.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -73,7 +74,9 @@ def test_a_group_is_alive_until_signalled(tmp_path: Path, shell: str, name: str)
     while remote.any_alive(_sh(remote.group_stats(pgid))):
         assert time.monotonic() < deadline, "the group survived KILL"
         time.sleep(0.02)
-    assert _until_exited(files, pgid) == -9  # the whole group, sh too: no exit code written
+    # KILL: the whole group, its shell too: no exit code written; TERM: the shell (which
+    # catches it) writes the code the command died with
+    assert _until_exited(files, pgid) == (-9 if name == "KILL" else 128 + 15)
 
 
 def test_the_secret_is_in_the_process_environment_and_in_no_command_line(tmp_path: Path):
@@ -143,3 +146,47 @@ def test_a_probe_runs_with_the_process_environment_and_setup_and_removes_the_fil
     assert secret not in script and "from-env" not in script
     assert _sh(script, "dash") == f"from-env from-setup {len(secret)}\n"
     assert not Path(files.env).exists()
+
+
+def _until_gone(pgid: int) -> None:
+    deadline = time.monotonic() + 30
+    while remote.any_alive(_sh(remote.group_stats(pgid))):
+        assert time.monotonic() < deadline, "the group outlived its maximum lifetime"
+        time.sleep(0.02)
+
+
+def test_every_process_runs_under_a_maximum_lifetime_in_our_own_group():
+    spec = ProcessSpec("p5", Node("n0", "127.0.0.1", 1), ("sleep", "300"))
+    command = remote.start(spec, remote.RemoteFiles.of("/w/run", spec))
+    assert "timeout --foreground --kill-after=30s 43200s sh -c" in command
+    assert "cat /proc/sys/kernel/random/boot_id" in command and ">/w/run/p5.id" in command
+    short = remote.start(spec, remote.RemoteFiles.of("/w", spec), max_s=1.5, kill_after_s=2)
+    assert "--kill-after=2s 1.5s" in short
+    with pytest.raises(ValueError):
+        remote.max_lifetime("true", 0)
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+def test_the_maximum_lifetime_ends_the_group_and_the_exit_file_says_so(tmp_path: Path, shell):
+    spec = ProcessSpec("p6", Node("n0", "127.0.0.1", 1), ("sleep", "300"))
+    files = remote.RemoteFiles.of(str(tmp_path), spec)
+    pgid = remote.parse_pid(_sh(remote.start(spec, files, max_s=1, kill_after_s=1), shell))
+    assert pgid is not None
+    boot, start, host = Path(files.ident).read_text().split()  # the pid's identity, recorded
+    assert host == os.uname().nodename
+    assert boot == Path(remote.BOOT_ID).read_text().strip()
+    assert start == Path(f"/proc/{pgid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert _until_exited(files, pgid) == 124  # timed out: TERM was enough
+    _until_gone(pgid)
+    assert "maximum lifetime of 1s reached (exit 124)" in Path(files.log).read_text()
+
+
+def test_a_command_ignoring_term_is_killed_after_the_grace_with_its_children(tmp_path: Path):
+    # sleep inherits the ignored TERM and outlives its shell: the group kill ends it
+    stubborn = ("sh", "-c", "trap '' TERM; sleep 300 & sleep 300")
+    spec = ProcessSpec("p7", Node("n0", "127.0.0.1", 1), stubborn)
+    files = remote.RemoteFiles.of(str(tmp_path), spec)
+    pgid = remote.parse_pid(_sh(remote.start(spec, files, max_s=1, kill_after_s=1), "dash"))
+    assert pgid is not None
+    assert _until_exited(files, pgid) == 137  # KILLed after the grace
+    _until_gone(pgid)
