@@ -74,8 +74,9 @@ def deployment(
         contextlib.ExitStack() as locked,  # released after teardown stopped everything
         _teardown(dep, inputs, layout, folder, result, say),
     ):
-        earlier_runs(inputs, executor, plan, say)
         locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say))
+        # after the lock: a live run holds it, so what is found now was left by a dead one
+        earlier_runs(inputs, executor, plan, say)
         addrs = node_addresses(inputs, executor, say)
         if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
             plan = dep.plan = plan_deployment(
