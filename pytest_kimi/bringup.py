@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from pytest_kimi.workload.abort import Abort
 
 Say = Callable[[str], None]
+FORWARD_NOTE = (
+    "network.client: ssh_forward: the client reached the router through an SSH forward "
+    "(and the jump host, if any): latencies include that tunnel"
+)
 
 
 @contextlib.contextmanager
@@ -88,6 +92,8 @@ def deployment(
             on_manifest(plan, None)
         reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
         on_reach(reach)
+        if reach.mode == "ssh_forward":
+            result.notes.append(FORWARD_NOTE)
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
         network_preflight(executor, plan, say, reach)

@@ -302,7 +302,9 @@ class Deployment:
             self._fetch_logs(order)
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
             self.leftovers += self._cleanup(order)
-            self.reach.close()  # the SSH forwards (network.client: ssh_forward), then SSH
+            self.leftovers += self.reach.close()  # SSH forwards (network.client), then SSH
+            if getattr(self.reach, "closed", None):
+                self.progress(f"{len(self.reach.closed)} SSH forward(s) closed")
             self.executor.close()
         return self.leftovers
 

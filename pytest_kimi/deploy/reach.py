@@ -64,8 +64,9 @@ class Reach:
         """``127.0.0.1:<port> -> addr:port`` of each open local forward (none here)."""
         return []
 
-    def close(self) -> None:
-        """Nothing to close."""
+    def close(self) -> list[str]:
+        """Nothing to close; returns what is still listening (nothing)."""
+        return []
 
 
 DIRECT = Reach()
@@ -78,12 +79,9 @@ class _Forward:
     target: tuple[str, int]
     node: Node
     listener: socket.socket
+    port: int  # the local port (kept: a closed listener has no name)
     threads: list[threading.Thread] = field(default_factory=list)
     open: set[object] = field(default_factory=set)  # sockets and channels still live
-
-    @property
-    def port(self) -> int:
-        return int(self.listener.getsockname()[1])
 
 
 class ForwardReach(Reach):
@@ -98,6 +96,7 @@ class ForwardReach(Reach):
         self._forwards: dict[tuple[str, int], _Forward] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.closed: list[str] = []  # the forwards close() closed, for the teardown line
 
     @classmethod
     def for_plan(cls, plan: DeploymentPlan, executor: Executor) -> ForwardReach:
@@ -124,7 +123,9 @@ class ForwardReach(Reach):
             listener.bind(("127.0.0.1", 0))
             listener.listen(64)
             node = self.via.get(addr, self.default)
-            forward = self._forwards[(addr, port)] = _Forward((addr, port), node, listener)
+            forward = self._forwards[(addr, port)] = _Forward(
+                (addr, port), node, listener, int(listener.getsockname()[1])
+            )
         thread = threading.Thread(
             target=self._accept, args=(forward,), name=f"kimi-forward-{addr}:{port}", daemon=True
         )
@@ -206,8 +207,9 @@ class ForwardReach(Reach):
         return ""
 
     # -- teardown ------------------------------------------------------------------------
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Close every listener and live connection and wait for their threads (idempotent)."""
+    def close(self, timeout_s: float = 5.0) -> list[str]:
+        """Close every listener and live connection and wait for their threads (idempotent);
+        returns each forward still accepting connections afterwards (none, if all went well)."""
         with self._lock:
             self._closed = True
             forwards = list(self._forwards.values())
@@ -221,6 +223,20 @@ class ForwardReach(Reach):
         for forward in forwards:
             for thread in forward.threads:
                 thread.join(timeout_s)
+        self.closed = [f"127.0.0.1:{f.port} -> {f.target[0]}:{f.target[1]}" for f in forwards]
+        return [
+            f"SSH forward {where} still open"
+            for where, f in zip(self.closed, forwards, strict=True)
+            if _accepts(f.port) or any(t.is_alive() for t in f.threads)
+        ]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _close_listener(listener: socket.socket) -> None:
