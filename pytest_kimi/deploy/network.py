@@ -249,11 +249,11 @@ def unreachable(
     plan: DeploymentPlan,
     executor: Executor,
     timeout_s: float,
-    client_probe: Callable[[Probe, float], str] = from_here,
+    client_probe: Callable[[Probe, float], str] | None = None,
 ) -> list[str]:
     """Every probe of :func:`probes` that failed, as a line naming both ends and the port.
     ``client_probe``: how this machine's probe is made (``Reach.probe``: through the SSH
-    forward in ``network.client: ssh_forward``)."""
+    forward in ``network.client: ssh_forward``; default :func:`from_here`)."""
     todo = probes(plan)
     by_source: dict[str, list[Probe]] = {}
     for probe in todo:
@@ -277,7 +277,10 @@ def unreachable(
 
     found = [line for lines in _parallel(one, list(by_source.values())) for line in lines]
     found += [
-        p.problem(why) for p in todo if p.source is None if (why := client_probe(p, timeout_s))
+        p.problem(why)
+        for p in todo
+        if p.source is None
+        if (why := (client_probe or from_here)(p, timeout_s))
     ]
     return found
 
@@ -285,7 +288,7 @@ def unreachable(
 def check_reachable(
     plan: DeploymentPlan,
     executor: Executor,
-    client_probe: Callable[[Probe, float], str] = from_here,
+    client_probe: Callable[[Probe, float], str] | None = None,
 ) -> int:
     """Run the probes of an ssh cluster's plan; one :class:`NetworkError` lists every failed
     one. Returns how many were run (0: not an ssh cluster, or turned off)."""
