@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.executor import Executor
     from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
+    from pytest_kimi.deploy.reach import Reach
     from pytest_kimi.inputs import Inputs
     from pytest_kimi.progress.events import Progress
     from pytest_kimi.result import LayoutResult
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from pytest_kimi.workload.abort import Abort
 
 Say = Callable[[str], None]
+FORWARD_NOTE = (
+    "network.client: ssh_forward: the client reached the router through an SSH forward "
+    "(and the jump host, if any): latencies include that tunnel"
+)
 
 
 @contextlib.contextmanager
@@ -42,15 +47,19 @@ def deployment(
     on_manifest: Callable[[DeploymentPlan | None, list[dict] | None], None],
     progress: Progress | None = None,
     abort: Abort | None = None,
+    on_reach: Callable[[Reach], None] = lambda reach: None,
 ) -> Iterator[DeploymentPlan]:
     """The layout's deployment, up and warm; yields its plan (``plan.endpoint`` is the router).
 
     ``on_manifest`` is called with what is known so far: the plan before launch, then the nodes'
     environments once they are up. ``progress`` gets each process's state and the end of
     bring-up (warm-up done). While yielded, a watchdog polls every process and the router's
-    workers; a loss trips ``abort`` (the measured run's cancel hook, :func:`measure`)."""
+    workers; a loss trips ``abort`` (the measured run's cancel hook, :func:`measure`).
+    ``on_reach`` gets how this machine reaches the plan's URLs (``network.client``:
+    :mod:`pytest_kimi.deploy.reach`) before anything is started; it is closed at teardown."""
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
+    from pytest_kimi.deploy.reach import reach_for
     from pytest_kimi.progress.events import BringUpDone, NoProgress
 
     plan = plan_deployment(inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}")
@@ -83,19 +92,24 @@ def deployment(
                 inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}", addrs=addrs
             )
             on_manifest(plan, None)
+        reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
+        on_reach(reach)
+        if reach.mode == "ssh_forward":
+            result.notes.append(FORWARD_NOTE)
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
-        network_preflight(executor, plan, say)
+        network_preflight(executor, plan, say, reach)
         check_router_version(inputs, executor, plan)
         say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
         dep.start()
         environments = _with_gpus(
-            _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}"), gpus
+            _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}", reach),
+            gpus,
         )
         on_manifest(plan, environments)
         result.notes.extend(_version_notes(environments))
         result.notes.extend(_router_model_notes(inputs, executor, plan))
-        warm_replicas(plan)
+        warm_replicas(plan, reach)
         (progress or NoProgress()).emit(BringUpDone(layout.name))
         watchdog = _watchdog(inputs, executor, dep, abort)
         with (
@@ -137,12 +151,16 @@ def node_addresses(inputs: Inputs, executor: Executor, say: Say) -> dict[str, st
     return addrs
 
 
-def network_preflight(executor: Executor, plan: DeploymentPlan, say: Say) -> None:
+def network_preflight(
+    executor: Executor, plan: DeploymentPlan, say: Say, reach: Reach | None = None
+) -> None:
     """Every peer reaches its replica head, the router each head, this machine the router
-    (TCP probes from the nodes; :mod:`pytest_kimi.deploy.network`), or one error naming all."""
+    (TCP probes from the nodes; :mod:`pytest_kimi.deploy.network`; this machine's through
+    ``reach``: the SSH forward in ssh_forward mode), or one error naming all."""
     from pytest_kimi.deploy import network
+    from pytest_kimi.deploy.reach import DIRECT
 
-    count = network.check_reachable(plan, executor)
+    count = network.check_reachable(plan, executor, (reach or DIRECT).probe)
     if count:
         say(f"[kimi {plan.layout.name}] network pre-flight: {count} connection(s) reachable")
 
@@ -263,7 +281,8 @@ def _watchdog(
     plan = dep.plan
     on_lost = abort_on_loss(abort) if abort is not None else (lambda problem: None)
     return Watchdog(executor, list(dep.handles.values()), on_lost, interval_s=config.interval_s,
-                    readiness_url=plan.router.url + "/readiness", replicas=len(plan.rank0()),
+                    readiness_url=dep.reach.url(plan.router.url + "/readiness"),
+                    replicas=len(plan.rank0()),
                     misses=config.misses)  # fmt: skip
 
 
@@ -305,7 +324,7 @@ def _teardown(
 
 
 def _node_environments(
-    inputs: Inputs, executor: Executor, plan: DeploymentPlan, scope: str
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, scope: str, reach: Reach
 ) -> list[dict]:
     """Per node: hostname, Python, SGLang, GPUs, driver, the variables we set; the router's
     node also the versions its own interpreter sees (``router_software``), each replica's
@@ -323,7 +342,7 @@ def _node_environments(
     router = plan.router
     seen[router.node.name]["router_software"] = software(executor, router)
     for spec in plan.rank0():
-        seen[spec.node.name]["sglang_server_version"] = server_version(spec.url)
+        seen[spec.node.name]["sglang_server_version"] = server_version(reach.url(spec.url))
     return list(seen.values())
 
 
@@ -358,14 +377,16 @@ class WarmupFailed(RuntimeError):
     """A replica failed its warm-up: the run stops before measuring, with the response."""
 
 
-def warm_replicas(plan: DeploymentPlan) -> None:
+def warm_replicas(plan: DeploymentPlan, reach: Reach | None = None) -> None:
     """One short request per replica, straight to rank 0 (not through the router)."""
     import httpx
+
+    from pytest_kimi.deploy.reach import DIRECT
 
     body = {"text": "warm up", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
     with httpx.Client(timeout=600.0, trust_env=False) as http:
         for spec in plan.rank0():
-            response = http.post(spec.url + "/generate", json=body)
+            response = http.post((reach or DIRECT).url(spec.url + "/generate"), json=body)
             if response.status_code != 200:
                 raise WarmupFailed(
                     f"warm-up of replica {spec.replica} ({spec.url}/generate) answered HTTP "

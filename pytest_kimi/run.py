@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
     from pytest_kimi.config import Layout
     from pytest_kimi.deploy.plan import DeploymentPlan
+    from pytest_kimi.deploy.reach import Reach
 
 __all__ = ["DEFAULT_CLUSTER", "Options", "Run", "UsageProblem"]
 
@@ -56,6 +57,7 @@ class Run:
         self._folder: RunFolder | None = None
         self._plans: dict[str, DeploymentPlan] = {}
         self._aborts: dict[str, Abort] = {}  # per layout: the watchdog's cancel hook
+        self._reaches: dict[str, Reach] = {}  # per layout: node URL -> URL used (network.client)
 
     @classmethod
     def load(cls, options: Options, dry_run: bool = False, **hooks: Any) -> Run:
@@ -107,10 +109,16 @@ class Run:
                 self.inputs, layout, self.folder, result, self.say,
                 on_manifest=lambda plan, nodes: self._manifest(layout, plan, nodes),
                 progress=self.progress, abort=abort,
+                on_reach=lambda reach: self._reaches.__setitem__(layout.name, reach),
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
-                yield plan.endpoint
+                yield self._reach(layout).url(plan.endpoint)
         self.on_result(result)
+
+    def _reach(self, layout: Layout) -> Reach:
+        from pytest_kimi.deploy.reach import DIRECT
+
+        return self._reaches.get(layout.name, DIRECT)
 
     # -- steps 3-5, measure, judge, store ----------------------------------------------------
     def measure(self, layout: Layout, endpoint: str) -> LayoutResult:
@@ -118,11 +126,12 @@ class Run:
         result = self._result(layout)
         if result.summary is not None or result.error:
             return result
-        plan = self._plans.get(layout.name)
+        plan, reach = self._plans.get(layout.name), self._reach(layout)
+        replicas = {name: reach.url(url) for name, url in replica_endpoints(plan).items()}
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
-                    plan.router_metrics_url if plan is not None else None,
-                    replica_endpoints(plan), progress=self.progress,
+                    reach.url_or_none(plan.router_metrics_url) if plan is not None else None,
+                    replicas, progress=self.progress,
                     abort=self._aborts.get(layout.name))  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:

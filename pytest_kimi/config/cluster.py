@@ -186,6 +186,7 @@ class NetworkConfig:
     interface: str | None = None  # GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of every server
     preflight: bool = True  # addresses and TCP reachability checked before launch
     probe_timeout_s: float = 3.0
+    client: str = "direct"  # "direct" or "ssh_forward" (pytest_kimi.deploy.reach)
 
     def socket_env(self) -> dict[str, str]:
         """The variables that pin Gloo's and NCCL's sockets to the data network."""

@@ -104,7 +104,10 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         locks=LockConfig(raw.locks.enabled, raw.locks.dir or ""),
         nvidia_smi=tuple(raw.nvidia_smi),
         network=NetworkConfig(
-            raw.network.interface, raw.network.preflight, raw.network.probe_timeout_s
+            raw.network.interface,
+            raw.network.preflight,
+            raw.network.probe_timeout_s,
+            raw.network.client,
         ),
         startup_stall_s=raw.startup_stall_s,
         startup_report_s=raw.startup_report_s,

@@ -9,7 +9,7 @@ the frozen records callers use.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -290,6 +290,12 @@ class Network(_Model):
         True, description="Check addresses and TCP reachability between the nodes before launch."
     )
     probe_timeout_s: Seconds = Field(3.0, description="Seconds one TCP probe may wait.")
+    client: Literal["direct", "ssh_forward"] = Field(
+        "direct",
+        description="How this machine reaches the nodes' HTTP ports (health, warm-up, metrics, "
+        "the benchmark): direct, or ssh_forward (local port forwards over each node's SSH "
+        "connection, through ssh.jump_host if set: for a bastion as the only way in).",
+    )
 
 
 class Watchdog(_Model):

@@ -19,6 +19,7 @@ import httpx
 from pytest_kimi.deploy.executor import Executor, Handle
 from pytest_kimi.deploy.logs import Cut, fetch_all
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
+from pytest_kimi.deploy.reach import DIRECT, Reach
 from pytest_kimi.deploy.readiness import (
     FormatError,
     Probe,
@@ -60,6 +61,7 @@ class Deployment:
         on_log: Callable[[ProcessSpec, str, str], None] = lambda spec, state, line: None,
         log_max_bytes: int | None = None,
         keep_runs: int | None = None,
+        reach: Reach = DIRECT,
     ) -> None:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
         self.timeout_s, self.grace_s, self.progress = timeout_s, grace_s, progress
@@ -79,6 +81,8 @@ class Deployment:
         self.stall_s, self.report_s, self.on_log = stall_s, report_s, on_log
         self.log_max_bytes, self.keep_runs = log_max_bytes, keep_runs
         self.pruned: list[str] = []  # earlier run folders removed from the nodes at start
+        # node URL -> the URL this machine uses (network.client; closed in stop())
+        self.reach = reach
 
     # -- bring-up ------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,12 +109,12 @@ class Deployment:
                 router, url = self.plan.router, self.plan.router.url + "/readiness"
                 self._launch(router)
                 watch.add(self.handles[router.name])
-                ready = router_counts(url, len(self.plan.rank0()))
+                ready = router_counts(self.reach.url(url), len(self.plan.rank0()))
                 where = f"router on {router.node.name} not ready at"
                 self._wait(http, router, ready, f"{where} {url}", deadline)
                 if self.plan.router_metrics_url is not None:  # read before and after the run
                     metrics = self.plan.router_metrics_url
-                    known = router_metrics_known(metrics)
+                    known = router_metrics_known(self.reach.url(metrics))
                     what = f"router metrics not served at {metrics}"
                     self._wait(http, router, known, what, deadline)
         except BringUpError as exc:
@@ -128,7 +132,7 @@ class Deployment:
         for spec in self.plan.servers:
             urls = [spec.url + "/health"]
             urls += [spec.url + "/get_model_info"] if spec.rank == 0 else []
-            pending[spec.name] = [(url, answers_200(url)) for url in urls]
+            pending[spec.name] = [(url, answers_200(self.reach.url(url))) for url in urls]
         specs = {spec.name: spec for spec in self.plan.servers}
         why: dict[str, str] = {}
         while True:
@@ -298,6 +302,9 @@ class Deployment:
             self._fetch_logs(order)
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)
             self.leftovers += self._cleanup(order)
+            self.leftovers += self.reach.close()  # SSH forwards (network.client), then SSH
+            if getattr(self.reach, "closed", None):
+                self.progress(f"{len(self.reach.closed)} SSH forward(s) closed")
             self.executor.close()
         return self.leftovers
 

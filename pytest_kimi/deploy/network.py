@@ -245,8 +245,15 @@ def from_here(probe: Probe, timeout_s: float) -> str:
         return exc.strerror or str(exc)
 
 
-def unreachable(plan: DeploymentPlan, executor: Executor, timeout_s: float) -> list[str]:
-    """Every probe of :func:`probes` that failed, as a line naming both ends and the port."""
+def unreachable(
+    plan: DeploymentPlan,
+    executor: Executor,
+    timeout_s: float,
+    client_probe: Callable[[Probe, float], str] | None = None,
+) -> list[str]:
+    """Every probe of :func:`probes` that failed, as a line naming both ends and the port.
+    ``client_probe``: how this machine's probe is made (``Reach.probe``: through the SSH
+    forward in ``network.client: ssh_forward``; default :func:`from_here`)."""
     todo = probes(plan)
     by_source: dict[str, list[Probe]] = {}
     for probe in todo:
@@ -269,18 +276,33 @@ def unreachable(plan: DeploymentPlan, executor: Executor, timeout_s: float) -> l
         ]
 
     found = [line for lines in _parallel(one, list(by_source.values())) for line in lines]
-    found += [p.problem(why) for p in todo if p.source is None if (why := from_here(p, timeout_s))]
+    found += [
+        p.problem(why)
+        for p in todo
+        if p.source is None
+        if (why := (client_probe or from_here)(p, timeout_s))
+    ]
     return found
 
 
-def check_reachable(plan: DeploymentPlan, executor: Executor) -> int:
+def check_reachable(
+    plan: DeploymentPlan,
+    executor: Executor,
+    client_probe: Callable[[Probe, float], str] | None = None,
+) -> int:
     """Run the probes of an ssh cluster's plan; one :class:`NetworkError` lists every failed
     one. Returns how many were run (0: not an ssh cluster, or turned off)."""
     cluster = plan.cluster
     if cluster.executor != "ssh" or not cluster.network.preflight:
         return 0
-    _raise("network pre-flight", unreachable(plan, executor, cluster.network.probe_timeout_s),
-           DISABLE_HINT)  # fmt: skip
+    timeout_s = cluster.network.probe_timeout_s
+    problems = unreachable(plan, executor, timeout_s, client_probe)
+    hint = DISABLE_HINT
+    if any(line.startswith("this machine (pytest)") for line in problems):
+        hint += (
+            "; behind a bastion, reach the nodes through SSH with `network: {client: ssh_forward}`"
+        )
+    _raise("network pre-flight", problems, hint)
     return len(probes(plan))
 
 

@@ -62,6 +62,17 @@ def _cause(exc: BaseException, node: Node, known_hosts: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _host_key_policy(client: paramiko.SSHClient, check: bool, known_hosts: str) -> None:
+    """Checked: only the cluster's known_hosts (not ~/.ssh), an unknown key refused."""
+    if check:
+        client._host_keys = paramiko.HostKeys()  # only the cluster's file, not ~/.ssh
+        if os.path.exists(known_hosts):
+            client.load_host_keys(known_hosts)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    else:
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+
+
 class SSHExecutor:
     """The :class:`~pytest_kimi.deploy.executor.Executor` for real clusters."""
 
@@ -85,6 +96,7 @@ class SSHExecutor:
         self._conns: dict[str, fabric.Connection] = {}
         self._keys: dict[str, paramiko.PKey] = {}
         self._unreachable: dict[str, NodeError] = {}  # a node that failed to connect, once
+        self._gateways: dict[str, fabric.Connection] = {}  # jump_host -> its open connection
 
     # -- connections -------------------------------------------------------------------------
     def connection(self, node: Node) -> fabric.Connection:
@@ -104,14 +116,7 @@ class SSHExecutor:
         }
         if ssh.key:
             kwargs["pkey"] = self._key(node)
-        gateway = None
-        if ssh.jump_host:
-            user, _, hostport = ssh.jump_host.rpartition("@")
-            host, _, port = hostport.partition(":")
-            gateway = fabric.Connection(
-                host, user=user or ssh.user, port=int(port or 22),
-                connect_timeout=ssh.connect_timeout_s, connect_kwargs=dict(kwargs),
-            )  # fmt: skip
+        gateway = self._gateway(node, kwargs, known_hosts) if ssh.jump_host else None
         conn = fabric.Connection(
             node.host,
             user=ssh.user,
@@ -120,14 +125,7 @@ class SSHExecutor:
             connect_kwargs=kwargs,
             gateway=gateway,
         )
-        client = conn.client
-        if ssh.check_host_keys:
-            client._host_keys = paramiko.HostKeys()  # only the cluster's file, not ~/.ssh
-            if os.path.exists(known_hosts):
-                client.load_host_keys(known_hosts)
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        else:
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        _host_key_policy(conn.client, ssh.check_host_keys, known_hosts)
         try:
             conn.open()
         except Exception as exc:
@@ -142,6 +140,35 @@ class SSHExecutor:
         transport.channel_timeout = ssh.connect_timeout_s  # type: ignore[attr-defined]
         self._conns[node.name] = conn
         return conn
+
+    def _gateway(self, node: Node, kwargs: dict, known_hosts: str) -> fabric.Connection:
+        """The jump host's connection, open, shared by every node behind it: its host key
+        checked like a node's (same known_hosts, ``RejectPolicy``), closed in :meth:`close`.
+        A jump host that cannot be reached is named as such, not as the node."""
+        ssh = node.ssh
+        spec = ssh.jump_host
+        assert spec is not None
+        gateway = self._gateways.get(spec)
+        if gateway is not None and gateway.is_connected:
+            return gateway
+        user, _, hostport = spec.rpartition("@")
+        host, _, port = hostport.partition(":")
+        gateway = fabric.Connection(
+            host, user=user or ssh.user, port=int(port or 22),
+            connect_timeout=ssh.connect_timeout_s, connect_kwargs=dict(kwargs),
+        )  # fmt: skip
+        _host_key_policy(gateway.client, ssh.check_host_keys, known_hosts)
+        try:
+            gateway.open()
+        except Exception as exc:
+            gateway.close()
+            cause = _cause(exc, node, known_hosts).replace(f"port {ssh.port}", f"port {port or 22}")
+            error = NodeError(f"node {node.name} ({node.host}): jump host {spec}: {cause}")
+            self._unreachable[node.name] = error
+            raise error from None
+        gateway.transport.set_keepalive(5)
+        self._gateways[spec] = gateway
+        return gateway
 
     def _key(self, node: Node) -> paramiko.PKey:
         """The node's private key, decrypted once per deployment: handing paramiko a file name
@@ -399,6 +426,10 @@ class SSHExecutor:
         return left
 
     def close(self) -> None:
+        """Every node's connection, then the jump hosts' (the nodes' channels run over them)."""
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
+        for gateway in self._gateways.values():
+            gateway.close()
+        self._gateways.clear()
