@@ -234,16 +234,20 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
     result.stdout.fnmatch_lines(
         [
             "# layout pp8 (TP4/PP8/EP4) on pro6000",
-            "# replica1-node3-node608 on node608 (node608)",
-            "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
+            "# replica1-node3-node608 on node608 (ssh node608, addr 10.0.0.8)",
+            "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN "
+            "/opt/sglang/venv/bin/python -m sglang.launch_server "
             "--model-path /models/Kimi-K3 --tp-size 4 --pp-size 8 --ep-size 4 --nnodes 4 "
-            "--node-rank 3 --dist-init-addr node605:5757 --host node608 --port 30001 "
+            "--node-rank 3 --dist-init-addr 10.0.0.5:5757 --host 10.0.0.8 --port 30001 "
             "--trust-remote-code --chunked-prefill-size 8192 --disable-radix-cache "
             "--kv-cache-dtype bf16 --moe-runner-backend flashinfer_mxfp4 --moe-a2a-backend none "
             "--enable-metrics",
+            "# router on node601 (ssh node601, addr 10.0.0.1)",
             "/opt/sglang/venv/bin/python -m sglang_router.launch_router --worker-urls "
-            "http://node601:30001 http://node605:30001 --policy round_robin --host node601 "
-            "--port 30000 --prometheus-host node601 --prometheus-port 29000",
+            "http://10.0.0.1:30001 http://10.0.0.5:30001 --policy round_robin --host 10.0.0.1 "
+            "--port 30000 --prometheus-host 10.0.0.1 --prometheus-port 29000 --disable-retries "
+            "--disable-circuit-breaker --health-check-timeout-secs 60 "
+            "--health-failure-threshold 10",
         ]
     )
 
