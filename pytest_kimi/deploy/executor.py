@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -64,6 +65,24 @@ def tail_file(path: Path, lines: int) -> str:
         return f"(no log at {path})"
 
 
+def _shell(
+    script: str, timeout: float | None, env: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """``sh -c script`` here: (exit code, stdout + stderr); 124 if it ran out of time."""
+    try:
+        done = subprocess.run(
+            ["sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout or 60,
+            stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
+        )
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out: {script}"
+    return done.returncode, done.stdout + done.stderr
+
+
 class LocalExecutor:
     """Runs each process on this machine, in its own session, output to its log file."""
 
@@ -86,41 +105,16 @@ class LocalExecutor:
 
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
         """A shell command on this machine (every local "node" is this machine)."""
-        try:
-            done = subprocess.run(
-                ["sh", "-c", command],
-                capture_output=True,
-                text=True,
-                timeout=timeout or 60,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            return 124, f"timed out: {command}"
-        return done.returncode, done.stdout + done.stderr
+        return _shell(command, timeout)
 
     def run_as(
         self, spec: ProcessSpec, command: str, timeout: float | None = None
     ) -> tuple[int, str]:
         """``command`` as ``spec``'s process would run: its environment (through
         ``subprocess``, never a command line) and its setup lines first."""
-        from pytest_kimi.deploy.remote import setup_lines
+        from pytest_kimi.deploy.remote import probe_script
 
-        script = command
-        if spec.setup:
-            where = "router.setup" if spec.role == "router" else "server.setup"
-            script = setup_lines(spec.setup, where) + "\n" + command
-        try:
-            done = subprocess.run(
-                ["sh", "-c", script],
-                capture_output=True,
-                text=True,
-                timeout=timeout or 60,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **spec.launch_env},
-            )
-        except subprocess.TimeoutExpired:
-            return 124, f"timed out: {command}"
-        return done.returncode, done.stdout + done.stderr
+        return _shell(probe_script(spec, command, None), timeout, spec.launch_env)
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         """The environment goes through ``subprocess`` (never a command line); setup lines
