@@ -120,7 +120,7 @@ def test_teardown_patience_outlasts_a_blip():
     clock = Clock()
     patience = Patience(Flaky, clock=clock, sleep=clock.sleep)
     patience.begin_teardown()
-    attempt, calls = failing(7)  # 0.5+1+2+4+8+8+8 = 31.5 s of outage
+    attempt, _ = failing(7)  # 0.5+1+2+4+8+8+8 = 31.5 s of outage
     assert patience.call("n1", attempt, run_s=5, teardown_s=300) == "ok"
     assert len(patience.retries) == 7 and patience.retries[0].startswith("n1: try 1")
 
