@@ -29,6 +29,8 @@ class SSHConfig:
     jump_host: str | None = None  # [user@]host[:port]
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 120.0
+    reconnect_s: float = 60.0  # bring-up and run: patience with a node that stopped answering
+    teardown_reconnect_s: float = 300.0  # teardown: the longest patience
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,16 @@ class SSH(_Model):
     jump_host: Text | None = Field(None, description="[user@]host[:port] to hop through.")
     connect_timeout_s: Seconds = Field(10.0, description="Seconds to wait for a connection.")
     command_timeout_s: Seconds = Field(120.0, description="Seconds one remote command may take.")
+    reconnect_s: Seconds = Field(
+        60.0,
+        description="While bringing up and running: how long a node that stopped answering is "
+        "retried (reconnects with back-off 0.5, 1, 2 ... 8 s) before it is lost.",
+    )
+    teardown_reconnect_s: Seconds = Field(
+        300.0,
+        description="At teardown: how long a node that stopped answering is retried before "
+        "its processes are reported unverifiable (a blip must not leave its GPUs serving).",
+    )
 
 
 class NodeModel(_Model):

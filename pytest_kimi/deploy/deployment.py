@@ -287,6 +287,9 @@ class Deployment:
         process. Ctrl-C or SIGTERM arriving meanwhile is held until every process is stopped
         (``held_signal``), because giving up half-way would orphan the rest."""
         with hold_signals(self._hold):
+            begin = getattr(self.executor, "begin_teardown", None)
+            if begin is not None:  # SSH: a node lost during the run gets the longest patience
+                begin()
             unverifiable = self._adopt_interrupted_launch()
             order = [h for h in self.handles.values() if h.spec.role == "router"]
             order += [h for h in self.handles.values() if h.spec.role != "router"]

@@ -21,11 +21,13 @@ a key passphrase is read from the environment variable the YAML names and goes n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import fabric
 import invoke
@@ -33,14 +35,31 @@ import paramiko
 
 from pytest_kimi.config import Node
 from pytest_kimi.deploy import container, logs, remote
+from pytest_kimi.deploy.backoff import Patience
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.secrets import env_file_text
 
+T = TypeVar("T")
+
 
 class NodeError(RuntimeError):
     """A node could not be reached or did not do what was asked; names node and cause."""
+
+
+class NodeUnreachable(NodeError):
+    """No connection, or one that dropped: worth another try after a pause (a refused key or
+    a wrong host key is a plain :class:`NodeError`: waiting cannot fix it)."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed connect may succeed later (network), not a refusal (keys, auth)."""
+    if isinstance(exc, paramiko.BadHostKeyException | paramiko.AuthenticationException):
+        return False
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+        return False
+    return isinstance(exc, OSError | EOFError | paramiko.SSHException)
 
 
 def _cause(exc: BaseException, node: Node, known_hosts: str) -> str:
@@ -95,17 +114,43 @@ class SSHExecutor:
         self._env_files: dict[str, tuple[str, Node]] = {}  # path -> (process, node): maybe unread
         self._conns: dict[str, fabric.Connection] = {}
         self._keys: dict[str, paramiko.PKey] = {}
-        self._unreachable: dict[str, NodeError] = {}  # a node that failed to connect, once
+        self.patience = Patience(NodeUnreachable)  # reconnects: pytest_kimi.deploy.backoff
         self._gateways: dict[str, fabric.Connection] = {}  # jump_host -> its open connection
+
+    def begin_teardown(self) -> None:
+        """From now on a node that stops answering is retried for
+        ``ssh.teardown_reconnect_s``: one lost during the run gets that chance again."""
+        self.patience.begin_teardown()
+
+    def _patiently(self, node: Node, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried with back-off while it raises :class:`NodeUnreachable`."""
+        ssh = node.ssh
+        return self.patience.call(node.name, attempt, run_s=ssh.reconnect_s,
+                                  teardown_s=ssh.teardown_reconnect_s)  # fmt: skip
+
+    def _drop(self, node: Node) -> None:
+        """Forget (and close) a connection that failed under a command."""
+        conn = self._conns.pop(node.name, None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     # -- connections -------------------------------------------------------------------------
     def connection(self, node: Node) -> fabric.Connection:
-        """An open connection to ``node``; :class:`NodeError` says why there is none."""
-        conn = self._conns.get(node.name)
-        if conn is not None and conn.is_connected:
-            return conn
-        if node.name in self._unreachable:  # teardown asks a dead node many things: fail fast
-            raise self._unreachable[node.name]
+        """An open connection to ``node`` (reconnecting with back-off for the node's
+        patience); :class:`NodeError` says why there is none."""
+        return self._patiently(node, lambda: self._connect(node))
+
+    def _connect(self, node: Node) -> fabric.Connection:
+        """The cached connection, or one attempt at a new one (one thread at a time)."""
+        with self.patience.lock(node.name):
+            conn = self._conns.get(node.name)
+            if conn is not None and conn.is_connected:
+                return conn
+            return self._open(node)
+
+    def _open(self, node: Node) -> fabric.Connection:
+        """One attempt to connect; :class:`NodeUnreachable` when it may work later."""
         ssh = node.ssh
         known_hosts = os.path.expanduser(ssh.known_hosts or "~/.ssh/known_hosts")
         kwargs: dict = {
@@ -131,9 +176,8 @@ class SSHExecutor:
         except Exception as exc:
             conn.close()
             cause = _cause(exc, node, known_hosts)
-            error = NodeError(f"node {node.name} ({node.host}): {cause}")
-            self._unreachable[node.name] = error
-            raise error from None
+            kind = NodeUnreachable if _transient(exc) else NodeError
+            raise kind(f"node {node.name} ({node.host}): {cause}") from None
         transport = conn.transport
         transport.set_keepalive(5)
         # opening a channel is not covered by command timeouts (DESIGN.md, fabric trials)
@@ -163,9 +207,8 @@ class SSHExecutor:
         except Exception as exc:
             gateway.close()
             cause = _cause(exc, node, known_hosts).replace(f"port {ssh.port}", f"port {port or 22}")
-            error = NodeError(f"node {node.name} ({node.host}): jump host {spec}: {cause}")
-            self._unreachable[node.name] = error
-            raise error from None
+            kind = NodeUnreachable if _transient(exc) else NodeError  # a blip is retried
+            raise kind(f"node {node.name} ({node.host}): jump host {spec}: {cause}") from None
         gateway.transport.set_keepalive(5)
         self._gateways[spec] = gateway
         return gateway
@@ -204,9 +247,26 @@ class SSHExecutor:
         self._keys[cache_key] = key
         return key
 
-    def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
-        """Run a shell command on ``node``; returns (exit code, stdout + stderr)."""
-        conn = self.connection(node)
+    def run(
+        self, node: Node, command: str, timeout: float | None = None, *, repeat: bool = True
+    ) -> tuple[int, str]:
+        """Run a shell command on ``node``; returns (exit code, stdout + stderr). A command
+        safe to repeat (``repeat``: status, sizes, probes) is run again on a new connection if
+        its connection dropped, for the node's patience; one that is not (a start) is not:
+        its :class:`NodeUnreachable` says the caller must find out what happened."""
+        if not repeat:
+            conn = self.connection(node)  # connecting is always safe to retry
+            return self._run_once(node, command, timeout, conn)
+        return self._patiently(node, lambda: self._run_once(node, command, timeout))
+
+    def _run_once(
+        self,
+        node: Node,
+        command: str,
+        timeout: float | None,
+        conn: fabric.Connection | None = None,
+    ) -> tuple[int, str]:
+        conn = conn or self._connect(node)
         try:
             result = conn.run(
                 command,
@@ -217,13 +277,28 @@ class SSHExecutor:
                 timeout=timeout or node.ssh.command_timeout_s,
             )
         except invoke.exceptions.CommandTimedOut:
-            raise NodeError(f"node {node.name} ({node.host}): command timed out") from None
+            if self._answers(node, conn):  # the command is slow, not the connection dead
+                raise NodeError(f"node {node.name} ({node.host}): command timed out") from None
+            self._drop(node)
+            raise NodeUnreachable(
+                f"node {node.name} ({node.host}): stopped answering (a command timed out and "
+                "the connection no longer opens channels)"
+            ) from None
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            self._conns.pop(node.name, None)
-            raise NodeError(
+            self._drop(node)
+            raise NodeUnreachable(
                 f"node {node.name} ({node.host}): stopped answering: {type(exc).__name__}: {exc}"
             ) from None
         return result.exited, result.stdout + result.stderr
+
+    @staticmethod
+    def _answers(node: Node, conn: fabric.Connection) -> bool:
+        """Whether the connection still opens a channel within the connect time-out."""
+        try:
+            conn.transport.open_session(timeout=node.ssh.connect_timeout_s).close()
+        except Exception:
+            return False
+        return True
 
     # -- the Executor interface (the shell each step runs: pytest_kimi.deploy.remote) -------
     def _files(self, spec: ProcessSpec) -> remote.RemoteFiles:
@@ -263,13 +338,22 @@ class SSHExecutor:
         """The process's environment, in a file only its owner can read: made 0600 before a
         byte of it is written (the run folder is 0700 too)."""
         self._env_files[path] = (spec.name, spec.node)
-        try:
-            sftp = self.connection(spec.node).sftp()
-            with sftp.open(path, "w") as fh:
-                fh.chmod(0o600)
-                fh.write(env_file_text(spec.launch_env))
-        except (OSError, paramiko.SSHException) as exc:
-            raise NodeError(f"node {spec.node.name}: cannot write {path} (sftp): {exc}") from None
+
+        def write() -> None:  # the whole file each time: safe to repeat after a reconnect
+            try:
+                sftp = self._connect(spec.node).sftp()
+                with sftp.open(path, "w") as fh:
+                    fh.chmod(0o600)
+                    fh.write(env_file_text(spec.launch_env))
+            except (EOFError, paramiko.SSHException, ConnectionError, TimeoutError) as exc:
+                self._drop(spec.node)
+                where = f"node {spec.node.name}: cannot write {path}"
+                raise NodeUnreachable(f"{where}: {exc}") from None
+            except OSError as exc:  # the node said no (permissions, disk full)
+                where = f"node {spec.node.name}: cannot write {path}"
+                raise NodeError(f"{where} (sftp): {exc}") from None
+
+        self._patiently(spec.node, write)
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         files = self._files(spec)
@@ -283,13 +367,22 @@ class SSHExecutor:
         if box is None:
             # the node records the group id itself: if we are interrupted before reading it,
             # teardown still finds the process (adopt)
-            code, out = self.run(spec.node, remote.start(spec, files, env_file, self.max_s))
+            command = remote.start(spec, files, env_file, self.max_s)
         else:
             self._enter(spec, box)
             start = remote.start(spec, files, max_s=self.max_s)
             inside = container.exec_in(box, start, spec.launch_env)
             command = container.with_env_file(env_file, inside) if env_file else inside
-            code, out = self.run(spec.node, command)
+        try:  # never repeated: a second start would be a second server
+            code, out = self.run(spec.node, command, repeat=False)
+        except NodeUnreachable as exc:  # dropped under the start: did it start? its pid file
+            handle = self.adopt(spec, log_path)  # (reconnects with the node's patience)
+            if handle is None:
+                raise NodeError(
+                    f"node {spec.node.name}: the connection dropped while starting {spec.name} "
+                    f"and no pid file was written ({exc}); check the node"
+                ) from None
+            return handle
         pid = remote.parse_pid(out)
         if code != 0 or pid is None:
             raise NodeError(f"node {spec.node.name}: could not start {spec.name}: {out.strip()}")
@@ -301,7 +394,8 @@ class SSHExecutor:
         where = f"node {spec.node.name}: container {box.name}"
         if box.ours:
             self._started_boxes[spec.name] = (spec.node, box)
-            code, out = self.run(spec.node, container.run_container(box, self.remote_dir))
+            command = container.run_container(box, self.remote_dir)
+            code, out = self.run(spec.node, command, repeat=False)  # a second would clash
             if code != 0:
                 raise NodeError(f"{where} did not start: {out.strip()}")
         code, out = self._run_for(spec, remote.mkdir(self.remote_dir))

@@ -47,6 +47,8 @@ def _cluster_yaml(ssh_hosts, path: Path, *, node_env: dict[str, dict[str, str]] 
             "known_hosts": str(ssh_hosts.known_hosts_path),
             "connect_timeout_s": 3,
             "command_timeout_s": 30,
+            "reconnect_s": 5,  # a host stopped for good is lost in seconds, not a minute
+            "teardown_reconnect_s": 10,
         },
         "nodes": nodes,
         "deployment": {"replicas": 2, "nodes_per_replica": 4},

@@ -694,6 +694,11 @@ class TestCluster:
         _run([_ip(), "-n", self.hub, "link", "set", host.hub_veth, "down"])
         host.sshd_pid = None
 
+    def set_link(self, host: TestHost, up: bool) -> None:
+        """Take the host's link down (or up) and nothing else: its processes run on, its
+        address neither answers nor refuses, TCP connections survive a short outage."""
+        _run([_ip(), "-n", host.netns, "link", "set", "eth0", "up" if up else "down"])
+
     def start_host(self, host: TestHost, *, ready_timeout_s: float = 15.0) -> None:
         """Undo ``stop_host``: link up, fresh sshd, wait until it answers."""
         if host.running:

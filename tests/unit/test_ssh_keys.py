@@ -79,8 +79,10 @@ def test_a_node_that_failed_to_connect_fails_fast_afterwards(tmp_path):
     from pytest_kimi.deploy.plan import free_port
 
     port = free_port("127.0.0.1")  # nothing listens there: refused at once, on loopback
-    node = Node("node604", "127.0.0.1", 8, ssh=SSHConfig(port=port, connect_timeout_s=2))
+    ssh = SSHConfig(port=port, connect_timeout_s=2, reconnect_s=0.2, teardown_reconnect_s=0.2)
+    node = Node("node604", "127.0.0.1", 8, ssh=ssh)
     executor = SSHExecutor("/tmp/w", "run", environ={})
+    executor.begin_teardown()  # its patience is spent once, then every question fails fast
     with pytest.raises(NodeError, match=r"node node604 .*unreachable") as first:
         executor.connection(node)
     # teardown asks a dead node several things (log size, TERM, alive, log): one timeout only
