@@ -82,8 +82,10 @@ def test_kill_9_of_pytest_mid_run_leaves_no_mock_server_or_router(tmp_path: Path
             time.sleep(0.05)
         ours = _descendants(harness.pid)
         servers = [
-            p for p in ours if _cmdline(p).startswith(f"{sys.executable} -m pytest_kimi.mock")
-        ]
+            p
+            for p in ours
+            if _cmdline(p).startswith(f"{sys.executable} -m pytest_kimi.mock.launch_server")
+        ]  # not the stand-in nvidia-smi, which the telemetry sampler may be running right now
         assert len(servers) == 8  # the deployment is up: DP2 x 4 nodes (each with a watcher)
         assert any("sglang_router" in _cmdline(p) for p in ours)
         harness.send_signal(signal.SIGKILL)

@@ -51,8 +51,9 @@ def _stop(ssh_hosts, host, pid: int) -> None:
 
 
 def _nothing_started(remote: Path) -> None:
-    """No run folder on any node: no server was launched (only the GPU state exists)."""
-    assert sorted(p.name for p in remote.iterdir()) == ["mock-gpus"]
+    """No run folder on any node: no server was launched (only the GPU state and the node
+    locks, taken before the pre-flight, exist)."""
+    assert sorted(p.name for p in remote.iterdir()) == ["locks", "mock-gpus"]
 
 
 def test_busy_gpu_is_refused_before_launch_naming_node_gpu_and_pid(ssh_hosts, tmp_path):
