@@ -65,10 +65,18 @@ def tail_file(path: Path, lines: int) -> str:
         return f"(no log at {path})"
 
 
+def answer(code: int, stdout: str, stderr: str) -> str:
+    """What a command said, for its caller to read: its stdout alone when it succeeded, stdout
+    and stderr when it failed. A node's login scripts write to stderr on every SSH command
+    (``pyenv init`` racing itself, banners, locale warnings); that is not the answer to parse,
+    but a failing command's own complaint is, so it is kept for the error message."""
+    return stdout if code == 0 else stdout + stderr
+
+
 def _shell(
     script: str, timeout: float | None, env: Mapping[str, str] | None = None
 ) -> tuple[int, str]:
-    """``sh -c script`` here: (exit code, stdout + stderr); 124 if it ran out of time."""
+    """``sh -c script`` here: (exit code, :func:`answer`); 124 if it ran out of time."""
     try:
         done = subprocess.run(
             ["sh", "-c", script],
@@ -80,7 +88,7 @@ def _shell(
         )
     except subprocess.TimeoutExpired:
         return 124, f"timed out: {script}"
-    return done.returncode, done.stdout + done.stderr
+    return done.returncode, answer(done.returncode, done.stdout, done.stderr)
 
 
 class LocalExecutor:

@@ -36,7 +36,7 @@ import paramiko
 from pytest_kimi.config import Node
 from pytest_kimi.deploy import container, logs, remote
 from pytest_kimi.deploy.backoff import Patience
-from pytest_kimi.deploy.executor import Handle
+from pytest_kimi.deploy.executor import Handle, answer
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.secrets import env_file_text
@@ -250,10 +250,11 @@ class SSHExecutor:
     def run(
         self, node: Node, command: str, timeout: float | None = None, *, repeat: bool = True
     ) -> tuple[int, str]:
-        """Run a shell command on ``node``; returns (exit code, stdout + stderr). A command
-        safe to repeat (``repeat``: status, sizes, probes) is run again on a new connection if
-        its connection dropped, for the node's patience; one that is not (a start) is not:
-        its :class:`NodeUnreachable` says the caller must find out what happened."""
+        """Run a shell command on ``node``; returns (exit code, :func:`~.executor.answer`).
+        A command safe to repeat (``repeat``: status, sizes, probes) is run again on a new
+        connection if its connection dropped, for the node's patience; one that is not (a
+        start) is not: its :class:`NodeUnreachable` says the caller must find out what
+        happened."""
         if not repeat:
             conn = self.connection(node)  # connecting is always safe to retry
             return self._run_once(node, command, timeout, conn)
@@ -289,7 +290,7 @@ class SSHExecutor:
             raise NodeUnreachable(
                 f"node {node.name} ({node.host}): stopped answering: {type(exc).__name__}: {exc}"
             ) from None
-        return result.exited, result.stdout + result.stderr
+        return result.exited, answer(result.exited, result.stdout, result.stderr)
 
     @staticmethod
     def _answers(node: Node, conn: fabric.Connection) -> bool:
@@ -341,8 +342,11 @@ class SSHExecutor:
 
         def write() -> None:  # the whole file each time: safe to repeat after a reconnect
             try:
-                sftp = self._connect(spec.node).sftp()
-                with sftp.open(path, "w") as fh:
+                # an SFTP channel of its own, closed at once: fabric's memoized one stays open
+                # for the connection's life, and a link outage strands its sftp-server on the
+                # node until sshd's keepalive notices, hours later
+                conn = self._connect(spec.node)
+                with conn.client.open_sftp() as sftp, sftp.open(path, "w") as fh:
                     fh.chmod(0o600)
                     fh.write(env_file_text(spec.launch_env))
             except (EOFError, paramiko.SSHException, ConnectionError, TimeoutError) as exc:
@@ -476,7 +480,8 @@ class SSHExecutor:
                 raise OSError(out.strip() or f"exit {code}")
             local_gz = dest.with_name(dest.name + ".gz")
             try:
-                self.connection(handle.spec.node).get(gz, local=str(local_gz))
+                with self.connection(handle.spec.node).client.open_sftp() as sftp:
+                    sftp.get(gz, str(local_gz))  # a channel of its own, closed (see _write_env)
                 logs.unzip_to(local_gz, dest)
             finally:
                 local_gz.unlink(missing_ok=True)

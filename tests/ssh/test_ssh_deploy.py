@@ -96,7 +96,21 @@ def _run_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, *args: str, env=None):
 
 def _assert_no_processes(ssh_hosts) -> None:
     left = {host.name: ssh_hosts.pids(host) for host in ssh_hosts.hosts if host.running}
-    assert not any(left.values()), f"processes left on test hosts: {left}"
+    assert not any(left.values()), f"processes left on test hosts: {_described(left)}"
+
+
+def _described(left: dict[str, list[int]]) -> dict[str, list[str]]:
+    """Each leftover pid with its command line, so a failure says what was left."""
+    out = {}
+    for name, pids in left.items():
+        for pid in pids:
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                what = " ".join(a.decode(errors="replace") for a in argv if a)[:300]
+            except OSError:
+                what = "(exited)"
+            out.setdefault(name, []).append(f"{pid}: {what}")
+    return out
 
 
 def test_dp2_tp32_and_pp8_over_ssh_bring_up_run_and_leave_nothing(ssh_hosts, tmp_path):

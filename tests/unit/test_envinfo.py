@@ -38,6 +38,13 @@ METRICS = (
 )
 
 
+def test_a_local_command_answers_with_stdout_and_adds_stderr_only_when_it_fails():
+    ex = LocalExecutor()
+    assert ex.run(NODE, "echo 'GPU 0'; echo 'login noise' >&2") == (0, "GPU 0\n")
+    code, text = ex.run(NODE, "echo partial; echo 'no such GPU' >&2; exit 3")
+    assert code == 3 and text == "partial\nno such GPU\n"
+
+
 def test_the_router_answers_we_know_are_read():
     assert readiness_count(200, READY) == 2
     assert readiness_count(503, NOT_READY) is None

@@ -129,8 +129,8 @@ def test_teardown_patience_outlasts_a_blip():
 
 
 class FakeResult:
-    def __init__(self, out: str) -> None:
-        self.exited, self.stdout, self.stderr = 0, out, ""
+    def __init__(self, out: str, code: int = 0, err: str = "") -> None:
+        self.exited, self.stdout, self.stderr = code, out, err
 
 
 class FakeConn:
@@ -146,7 +146,8 @@ class FakeConn:
             raise EOFError("connection dropped")
         self.commands.append(command)
         self.net.ran.append(command)
-        return FakeResult(self.net.answer(command))
+        answer = self.net.answer(command)
+        return answer if isinstance(answer, FakeResult) else FakeResult(answer)
 
     def close(self) -> None:
         self.is_connected = False
@@ -193,6 +194,17 @@ def test_a_dropped_connection_is_reopened_and_a_safe_command_repeated():
     assert ex.run(NODE, "echo hi") == (0, "hi\n")
     assert net.opened == 2 and net.ran == ["echo hi"]
     assert clock.slept == [0.5, 1, 2, 4]
+
+
+def test_a_login_scripts_stderr_is_not_part_of_a_successful_answer():
+    # pyenv init in root's .bashrc, run by sshd for every command, racing itself on 8 nodes
+    noise = "rm: cannot remove '/root/.pyenv/shims/tmp.JI6YrFOCv9': No such file or directory\n"
+    net, clock = Net(), Clock()
+    ex = executor(net, clock)
+    net.answers = {"hostname": FakeResult("node603\n", 0, noise),
+                   "false": FakeResult("", 1, noise + "it failed\n")}  # fmt: skip
+    assert ex.run(NODE, "hostname") == (0, "node603\n")
+    assert ex.run(NODE, "false") == (1, noise + "it failed\n")  # the error keeps everything
 
 
 def test_a_node_down_longer_than_its_patience_is_lost_naming_it():
