@@ -20,8 +20,9 @@ from pytest_kimi.watchdog import Watchdog, abort_on_loss, watching
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.deployment import Deployment
-    from pytest_kimi.deploy.executor import Executor
+    from pytest_kimi.deploy.executor import Executor, Handle
     from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
     from pytest_kimi.deploy.reach import Reach
     from pytest_kimi.inputs import Inputs
@@ -48,6 +49,7 @@ def deployment(
     progress: Progress | None = None,
     abort: Abort | None = None,
     on_reach: Callable[[Reach], None] = lambda reach: None,
+    on_client: Callable[[NodeClient], None] = lambda client: None,
 ) -> Iterator[DeploymentPlan]:
     """The layout's deployment, up and warm; yields its plan (``plan.endpoint`` is the router).
 
@@ -56,7 +58,8 @@ def deployment(
     bring-up (warm-up done). While yielded, a watchdog polls every process and the router's
     workers; a loss trips ``abort`` (the measured run's cancel hook, :func:`measure`).
     ``on_reach`` gets how this machine reaches the plan's URLs (``network.client``:
-    :mod:`pytest_kimi.deploy.reach`) before anything is started; it is closed at teardown."""
+    :mod:`pytest_kimi.deploy.reach`) before anything is started; it is closed at teardown.
+    ``on_client`` gets the client on a node (``network.client: on_node``) once warm."""
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
     from pytest_kimi.deploy.reach import reach_for
@@ -94,7 +97,7 @@ def deployment(
             on_manifest(plan, None)
         reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
         on_reach(reach)
-        if reach.mode == "ssh_forward":
+        if reach.mode == "ssh_forward" and inputs.cluster.network.client == "ssh_forward":
             result.notes.append(FORWARD_NOTE)
         gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
         on_manifest(plan, gpus or None)
@@ -111,12 +114,35 @@ def deployment(
         result.notes.extend(_router_model_notes(inputs, executor, plan))
         warm_replicas(plan, reach)
         (progress or NoProgress()).emit(BringUpDone(layout.name))
+        client = node_client(inputs, executor, dep, plan)
+        if client is not None:
+            on_client(client)
         watchdog = _watchdog(inputs, executor, dep, abort)
         with (
             sampling(_sampler(inputs, executor, plan, folder, layout), result),
             watching(watchdog, result),
         ):
             yield plan  # measured while every node's GPUs are sampled and its processes watched
+
+
+def node_client(
+    inputs: Inputs, executor: Executor, dep: Deployment, plan: DeploymentPlan
+) -> NodeClient | None:
+    """The benchmark client on ``network.client_node``, or None (it runs here)."""
+    from pytest_kimi.deploy.clientnode import NodeClient
+
+    network = inputs.cluster.network
+    if network.client != "on_node":
+        return None
+    node = next(n for n in inputs.cluster.nodes if n.name == network.client_node)
+    local = inputs.cluster.executor != "ssh"
+    folder = str((dep.log_dir / "client").absolute()) if local else executor.remote_dir  # type: ignore[attr-defined]
+
+    def register(handle: Handle) -> None:
+        dep.handles[handle.spec.name] = handle
+
+    return NodeClient(executor, node, network.client_python, folder, plan.endpoint, register,
+                      same_clock=local)  # fmt: skip
 
 
 def gpu_preflight(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections import Counter
 
     from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
     from pytest_kimi.progress.events import Progress
@@ -44,6 +45,7 @@ def measure(
     replica_urls: Mapping[str, str] | None = None,
     progress: Progress | None = None,
     abort: Abort | None = None,
+    client: NodeClient | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
 
@@ -51,7 +53,8 @@ def measure(
     counters give ``result.replica_counters``; none in attach mode. ``progress`` sees the
     measured requests start and finish (the caller reports the layout done). ``abort`` (the
     watchdog's, :mod:`pytest_kimi.watchdog`) stops the run part-way: its requests are
-    cancelled and kept as an interrupted run, and :class:`RunAborted` is raised."""
+    cancelled and kept as an interrupted run, and :class:`RunAborted` is raised. ``client``
+    (``network.client: on_node``) sends and times the requests on a node instead of here."""
     from pytest_kimi.metrics import summarize
     from pytest_kimi.progress.events import NoProgress
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
@@ -80,22 +83,30 @@ def measure(
         journal.add(record)
         events.finished(record)
 
+    def send(requests: list[RequestSpec], warm: list[RequestSpec]) -> list[RequestRecord]:
+        """Here, or on a node (``network.client: on_node``): the same hooks either way."""
+        if client is not None:
+            try:
+                return client.run(requests, options, warmup=warm, on_start=events.started,
+                                  on_done=finished, abort=abort)  # fmt: skip
+            finally:
+                if requests:  # the measured run: say where it was timed (once)
+                    result.notes.append(client.note())
+        return asyncio.run(
+            run_requests(endpoint, requests, options, warmup=warm,
+                         on_start=events.started, on_done=finished, abort=abort)
+        )  # fmt: skip
+
     router_before = _router_counters(router_metrics_url)
     urls = dict(replica_urls or {})
     try:
         records = []
         if warmup:  # apart, so the counters' first read comes after it
-            records = asyncio.run(
-                run_requests(endpoint, [], options, warmup=warmup,
-                             on_start=events.started, on_done=finished, abort=abort)
-            )  # fmt: skip
+            records = send([], warmup)
         _stop_on_failed_warmup(records)
         counted_from = _snapshot(urls, router_metrics_url)
         events.measuring(len(measured), inputs.time_scale)
-        records += asyncio.run(
-            run_requests(endpoint, measured, options,
-                         on_start=events.started, on_done=finished, abort=abort)
-        )  # fmt: skip
+        records += send(measured, [])
         if urls:
             from pytest_kimi.report.replicacounters import deltas
 

@@ -28,6 +28,7 @@ from pytest_kimi.workload.abort import Abort
 if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
     from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.deploy.reach import Reach
 
@@ -58,6 +59,7 @@ class Run:
         self._plans: dict[str, DeploymentPlan] = {}
         self._aborts: dict[str, Abort] = {}  # per layout: the watchdog's cancel hook
         self._reaches: dict[str, Reach] = {}  # per layout: node URL -> URL used (network.client)
+        self._clients: dict[str, NodeClient] = {}  # per layout: the client on a node (on_node)
 
     @classmethod
     def load(cls, options: Options, dry_run: bool = False, **hooks: Any) -> Run:
@@ -110,6 +112,7 @@ class Run:
                 on_manifest=lambda plan, nodes: self._manifest(layout, plan, nodes),
                 progress=self.progress, abort=abort,
                 on_reach=lambda reach: self._reaches.__setitem__(layout.name, reach),
+                on_client=lambda client: self._clients.__setitem__(layout.name, client),
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
                 yield self._reach(layout).url(plan.endpoint)
@@ -132,7 +135,8 @@ class Run:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
                     reach.url_or_none(plan.router_metrics_url) if plan is not None else None,
                     replicas, progress=self.progress,
-                    abort=self._aborts.get(layout.name))  # fmt: skip
+                    abort=self._aborts.get(layout.name),
+                    client=self._clients.get(layout.name))  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
             self.progress.emit(LayoutDone(layout.name, error=result.error))

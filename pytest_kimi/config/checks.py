@@ -39,12 +39,32 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
             raise src.error(f"{field}.ep", f"EP {layout.ep} must divide TP {layout.tp}")
     if raw.router.node is not None and raw.router.node not in names:
         raise src.error("router.node", f"{raw.router.node!r} is not one of the nodes")
+    _check_client(src, raw, names)
     ports = _ports(raw)
     if raw.executor == "ssh":
         for field in FIXED_PORTS:
             if ports[field] is None:
                 raise src.error(field, "an ssh cluster needs fixed ports, not 'auto'")
     _check_distinct_ports(src, raw, ports)
+
+
+def _check_client(src: Located, raw: ClusterFile, names: set[str]) -> None:
+    """``network.client_node`` / ``client_python`` belong to ``client: on_node``, which needs
+    a Python outside the servers' container."""
+    net = raw.network
+    if net.client != "on_node":
+        for field in ("client_node", "client_python"):
+            if field in net.model_fields_set:
+                raise src.error(f"network.{field}", "only used with network.client: on_node")
+        return
+    if net.client_node is not None and net.client_node not in names:
+        raise src.error("network.client_node", f"{net.client_node!r} is not one of the nodes")
+    if raw.server.container is not None and not net.client_python:
+        raise src.error(
+            "network.client_python",
+            "the servers run in a container, but the on_node client runs on the node itself: "
+            "give the Python there that has httpx and orjson",
+        )
 
 
 RUNTIMES = ("docker", "podman", "apptainer", "singularity")

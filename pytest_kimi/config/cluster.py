@@ -188,7 +188,9 @@ class NetworkConfig:
     interface: str | None = None  # GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME of every server
     preflight: bool = True  # addresses and TCP reachability checked before launch
     probe_timeout_s: float = 3.0
-    client: str = "direct"  # "direct" or "ssh_forward" (pytest_kimi.deploy.reach)
+    client: str = "direct"  # "direct", "ssh_forward" or "on_node" (pytest_kimi.deploy.reach)
+    client_node: str = ""  # on_node: the node the benchmark client runs on (the router's)
+    client_python: tuple[str, ...] = ()  # on_node: its Python (server.python)
 
     def socket_env(self) -> dict[str, str]:
         """The variables that pin Gloo's and NCCL's sockets to the data network."""

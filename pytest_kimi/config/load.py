@@ -108,6 +108,8 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
             raw.network.preflight,
             raw.network.probe_timeout_s,
             raw.network.client,
+            raw.network.client_node or raw.router.node or raw.nodes[0].name,
+            tuple(raw.network.client_python) or (_python(raw.server.python),),
         ),
         startup_stall_s=raw.startup_stall_s,
         startup_report_s=raw.startup_report_s,

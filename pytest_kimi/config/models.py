@@ -300,11 +300,24 @@ class Network(_Model):
         True, description="Check addresses and TCP reachability between the nodes before launch."
     )
     probe_timeout_s: Seconds = Field(3.0, description="Seconds one TCP probe may wait.")
-    client: Literal["direct", "ssh_forward"] = Field(
+    client: Literal["direct", "ssh_forward", "on_node"] = Field(
         "direct",
         description="How this machine reaches the nodes' HTTP ports (health, warm-up, metrics, "
         "the benchmark): direct, or ssh_forward (local port forwards over each node's SSH "
-        "connection, through ssh.jump_host if set: for a bastion as the only way in).",
+        "connection, through ssh.jump_host if set: for a bastion as the only way in), or "
+        "on_node (the benchmark client runs on network.client_node and times the requests "
+        "there, over the cluster network; everything else goes as with ssh_forward).",
+    )
+    client_node: NodeName | None = Field(
+        None,
+        description="With client: on_node, the node the benchmark client runs on; default: "
+        "the router's node.",
+    )
+    client_python: Argv = Field(
+        default_factory=list,
+        description="With client: on_node, the Python that runs the client on that node (it "
+        "needs httpx and orjson, which SGLang's environment has); default: server.python. "
+        "Required when the servers run in a container: the client runs on the node itself.",
     )
 
 

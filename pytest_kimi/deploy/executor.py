@@ -53,6 +53,7 @@ class Executor(Protocol):
         self, spec: ProcessSpec, command: str, timeout: float | None = None
     ) -> tuple[int, str]: ...
     def port_in_use(self, node: Node, port: int) -> bool: ...
+    def put_file(self, node: Node, path: str, data: bytes) -> None: ...
     def cleanup(self, handles: list[Handle]) -> list[str]: ...
     def close(self) -> None: ...
 
@@ -123,6 +124,13 @@ class LocalExecutor:
         from pytest_kimi.deploy.remote import probe_script
 
         return _shell(probe_script(spec, command, None), timeout, spec.launch_env)
+
+    def put_file(self, node: Node, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (only its owner may read it), folders made as needed."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch(mode=0o600)
+        target.write_bytes(data)
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         """The environment goes through ``subprocess`` (never a command line); setup lines

@@ -197,7 +197,19 @@ def probes(plan: DeploymentPlan) -> list[Probe]:
             what = f"replica {head.replica}'s HTTP port, for the router"
             out.append(Probe(router.node, head.node, head.bind_addr, head.port, what))
     out.append(Probe(None, router.node, router.bind_addr, router.port, "the router's port"))
+    client = _client_node(plan)
+    if client is not None and client.name != router.node.name:
+        what = "the router's port, for the benchmark client (network.client: on_node)"
+        out.append(Probe(client, router.node, router.bind_addr, router.port, what))
     return out
+
+
+def _client_node(plan: DeploymentPlan) -> Node | None:
+    """The node the benchmark client runs on (``network.client: on_node``), else None."""
+    network = plan.cluster.network
+    if network.client != "on_node":
+        return None
+    return next(n for n in plan.cluster.nodes if n.name == network.client_node)
 
 
 def probe_command(targets: Sequence[Probe], timeout_s: float) -> str:

@@ -265,8 +265,10 @@ def _pump(client: socket.socket, channel: paramiko.Channel, chunk: int = 65536) 
 
 
 def reach_for(plan: DeploymentPlan, executor: Executor) -> Reach:
-    """The reach the cluster file asks for (local clusters: always direct)."""
+    """The reach the cluster file asks for (local clusters: always direct). ``on_node`` sends
+    the benchmark from a node (:mod:`pytest_kimi.deploy.clientnode`); everything else this
+    machine asks goes through the forwards, as with ``ssh_forward``."""
     cluster = plan.cluster
-    if cluster.executor == "ssh" and cluster.network.client == "ssh_forward":
+    if cluster.executor == "ssh" and cluster.network.client in ("ssh_forward", "on_node"):
         return ForwardReach.for_plan(plan, executor)
     return DIRECT

@@ -339,25 +339,28 @@ class SSHExecutor:
         """The process's environment, in a file only its owner can read: made 0600 before a
         byte of it is written (the run folder is 0700 too)."""
         self._env_files[path] = (spec.name, spec.node)
+        self.put_file(spec.node, path, env_file_text(spec.launch_env).encode())
 
-        def write() -> None:  # the whole file each time: safe to repeat after a reconnect
+    def put_file(self, node: Node, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` on ``node`` over SFTP, 0600 before a byte is written;
+        the whole file each time, so it is safe to repeat after a reconnect."""
+
+        def write() -> None:
             try:
                 # an SFTP channel of its own, closed at once: fabric's memoized one stays open
                 # for the connection's life, and a link outage strands its sftp-server on the
                 # node until sshd's keepalive notices, hours later
-                conn = self._connect(spec.node)
+                conn = self._connect(node)
                 with conn.client.open_sftp() as sftp, sftp.open(path, "w") as fh:
                     fh.chmod(0o600)
-                    fh.write(env_file_text(spec.launch_env))
+                    fh.write(data)
             except (EOFError, paramiko.SSHException, ConnectionError, TimeoutError) as exc:
-                self._drop(spec.node)
-                where = f"node {spec.node.name}: cannot write {path}"
-                raise NodeUnreachable(f"{where}: {exc}") from None
+                self._drop(node)
+                raise NodeUnreachable(f"node {node.name}: cannot write {path}: {exc}") from None
             except OSError as exc:  # the node said no (permissions, disk full)
-                where = f"node {spec.node.name}: cannot write {path}"
-                raise NodeError(f"{where} (sftp): {exc}") from None
+                raise NodeError(f"node {node.name}: cannot write {path} (sftp): {exc}") from None
 
-        self._patiently(spec.node, write)
+        self._patiently(node, write)
 
     def start(self, spec: ProcessSpec, log_path: Path) -> Handle:
         files = self._files(spec)

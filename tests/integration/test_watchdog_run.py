@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,17 +30,46 @@ def _measured_in_journal(out: Path) -> int:
     return sum(1 for x in lines if x.endswith("}") and json.loads(x)["index"] >= 0)
 
 
-def _victim() -> int | None:
-    """The process whose environment carries ``MARK``: node n4, replica 1's rank 1."""
+def _victim(mark: bytes = MARK) -> int | None:
+    """The process whose environment carries ``mark``: node n4, replica 1's rank 1."""
+    return next(iter(pids_where(lambda pid: mark in _proc(pid, "environ"))), None)
+
+
+def pids_where(test: Callable[[str], bool]) -> list[int]:
+    """Live processes (by /proc entry) for which ``test(pid)`` holds."""
+    out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            except OSError:
+                if test(entry):
+                    out.append(int(entry))
+            except OSError:  # exited meanwhile
                 continue
-            if MARK in environ:
-                return int(entry)
-    return None
+    return out
+
+
+def _proc(pid: str, name: str) -> list[bytes]:
+    """``/proc/<pid>/<name>`` split at NULs (environ, cmdline)."""
+    return Path(f"/proc/{pid}/{name}").read_bytes().split(b"\0")
+
+
+def run_with_fault(
+    argv: list[str], cwd: Path, log: Path, when: Callable[[], bool], fault: Callable[[], None]
+) -> int:
+    """Run ``argv``; call ``fault()`` once ``when()`` holds (it must, while the run lives);
+    return the run's exit code."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while not when():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+                time.sleep(0.02)
+            fault()
+            return proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_a_rank1_process_killed_mid_run_fails_the_layout_at_once_naming_it(
@@ -59,20 +89,15 @@ def test_a_rank1_process_killed_mid_run_fails_the_layout_at_once_naming_it(
     argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide",
             "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
     log = pytester.path / "run.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(argv, cwd=pytester.path, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while _measured_in_journal(out) < 1:  # requests are in flight: the run is measured
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-                time.sleep(0.02)
-            victim = _victim()
-            assert victim is not None
-            os.killpg(os.getpgid(victim), signal.SIGKILL)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+
+    def kill_victim() -> None:
+        victim = _victim()
+        assert victim is not None
+        os.killpg(os.getpgid(victim), signal.SIGKILL)
+
+    # requests in flight: the run is measured
+    code = run_with_fault(argv, pytester.path, log, lambda: _measured_in_journal(out) >= 1,
+                          kill_victim)  # fmt: skip
     text = log.read_text()
     assert code == pytest.ExitCode.TESTS_FAILED, text[-4000:]
     [run] = list(out.iterdir())

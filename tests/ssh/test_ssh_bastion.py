@@ -104,3 +104,32 @@ def test_direct_client_behind_a_bastion_fails_fast_naming_the_router_address(
     assert not list((run / "tp32" / "logs").glob("replica*.log"))  # nothing was started
     summary = json.loads((run / "tp32" / "summary.json").read_text())
     assert "NetworkError" in summary["error"]
+
+
+def test_client_on_a_node_behind_a_bastion_times_the_run_there_and_leaves_nothing(
+    ssh_hosts, tmp_path, bastion_only
+):
+    # the client runs on node606 (behind the bastion, not the router's node), shipped as a
+    # zip; the control plane still goes through the forwards
+    cluster = _behind_bastion(ssh_hosts, tmp_path, bastion_only, "on_node")
+    data = yaml.safe_load(cluster.read_text())
+    data["network"]["client_node"] = "node606"
+    cluster.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp32")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "processes left running" not in done.stdout
+    _assert_no_processes(ssh_hosts)
+    [run] = list((tmp_path / "out").iterdir())
+    summary = json.loads((run / "tp32" / "summary.json").read_text())
+    assert summary["completed"] == 8 and summary["complete"] is True
+    [note] = [n for n in summary["notes"] if n.startswith("network.client: on_node")]
+    router = ssh_hosts.hosts[1].address
+    assert f"timed on node node606, to the router at http://{router}:30000" in note
+    assert re.search(r"node clock offset [+-]\d+\.\d{3} s ± \d+ ms", note), note
+    # what was measured is what the client on node606 wrote (the hosts share our disk)
+    [events] = list((tmp_path / "remote").glob("*/tp32/client2-node606.events.jsonl"))
+    sent = [json.loads(x)["record"]["request_id"] for x in events.read_text().splitlines()
+            if '"event":"done"' in x]  # fmt: skip
+    records = [json.loads(x) for x in (run / "tp32" / "records.jsonl").read_text().splitlines()]
+    assert sorted(sent) == sorted(r["request_id"] for r in records if not r["warmup"])
+    assert (run / "tp32" / "logs" / "client2-node606.log").exists()
