@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from pytest_kimi.deploy.runtails import log_lines, tailing
 from pytest_kimi.procgroup import interrupt, sigterm_as_interrupt
 from pytest_kimi.telemetry import Sampler, sampling
 from pytest_kimi.watchdog import Watchdog, abort_on_loss, watching
@@ -118,9 +119,12 @@ def deployment(
         if client is not None:
             on_client(client)
         watchdog = _watchdog(inputs, executor, dep, abort)
+        tails = log_lines(executor, list(dep.handles.values()), layout.name,
+                          progress or NoProgress(), inputs.cluster.logs.tail_report_s)  # fmt: skip
         with (
             sampling(_sampler(inputs, executor, plan, folder, layout), result),
             watching(watchdog, result),
+            tailing(tails, result),
         ):
             yield plan  # measured while every node's GPUs are sampled and its processes watched
 

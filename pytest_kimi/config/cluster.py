@@ -205,6 +205,7 @@ class LogsConfig:
 
     max_mib: float = 64.0  # per log fetched; longer: head and tail kept, a marker between
     keep_runs: int = 10  # run folders kept in work_dir on each node (older pruned at start)
+    tail_report_s: float = 60.0  # measured run: each process's changed last log line (0: off)
 
     @property
     def max_bytes(self) -> int:

@@ -113,7 +113,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         ),
         startup_stall_s=raw.startup_stall_s,
         startup_report_s=raw.startup_report_s,
-        logs=LogsConfig(raw.logs.max_mib, raw.logs.keep_runs),
+        logs=LogsConfig(raw.logs.max_mib, raw.logs.keep_runs, tail_report_s=raw.logs.tail_report_s),
     )
 
 

@@ -360,6 +360,12 @@ class Logs(_Model):
     keep_runs: NonNegative = Field(
         10, description="Run folders kept in work_dir on each node; older ones removed at start."
     )
+    tail_report_s: Annotated[float, Field(ge=0)] = Field(
+        60.0,
+        description="While a layout is measured: wall seconds (on the machine running pytest) "
+        "between reports of each process's last log line, shown only when it changed since "
+        "the previous report; 0 turns them off.",
+    )
 
 
 class ClusterFile(_Model):

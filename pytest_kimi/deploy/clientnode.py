@@ -247,17 +247,18 @@ class NodeClient:
     def _follow(self, handle: Handle, events: str, stream: Stream, abort: Abort | None) -> None:
         read = 0  # bytes of the events file already handed on
         while True:
-            if abort is not None and abort.tripped:
-                raise RunAborted(abort.reason)
+            tripped = abort is not None and abort.tripped
             exited = self.executor.exit_code(handle)  # before reading: nothing written after
             _, text = self.executor.run(
                 self.node, f"tail -c +{read + 1} {shlex.quote(events)} 2>/dev/null || true"
             )
             lines, used = complete_lines(text)
             read += used
-            stream.feed(lines)
+            stream.feed(lines)  # what finished before an abort was noticed is kept
             if stream.ended:
                 return
+            if tripped:
+                raise RunAborted(abort.reason)  # type: ignore[union-attr]
             if exited is not None:
                 tail = self.executor.log_tail(handle, 30).rstrip()
                 raise ClientNodeError(

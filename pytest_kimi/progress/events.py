@@ -54,6 +54,18 @@ class NodeLog:
 
 
 @dataclass(frozen=True)
+class LogLine:
+    """While a layout is measured, at ``logs.tail_report_s``: a process's last log line, sent
+    only when it changed since the previous report (a quiet process says nothing new)."""
+
+    layout: str
+    name: str  # the process's name in the plan, e.g. "replica0-node0-node601", or "router"
+    node: str  # the cluster node it runs on
+    line: str  # the last non-empty line of its log, as written (at most ~160 characters)
+    at: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
 class BringUpDone:
     """Every replica answered its warm-up: the deployment is ready to measure."""
 
@@ -109,6 +121,7 @@ class Message:
 Event = (
     NodeChanged
     | NodeLog
+    | LogLine
     | BringUpDone
     | MeasureStarted
     | RequestStarted

@@ -1,7 +1,8 @@
 """A live progress display on a terminal (rich): the bring-up table, then a bar per layout.
 
 The live area exists only while something is moving: from a layout's first process launch to
-its warm-up being done, and from its first measured request to the layout being done. Each
+its warm-up being done, and from its first measured request to the layout being done (the
+processes' latest log lines under the bar). Each
 time it stops, its last frame stays on the screen, so the scrollback keeps every layout's
 bring-up table and final bar. Messages print above the live area. Everything shown is
 computed from the :class:`~pytest_kimi.progress.model.ProgressModel` and a clock, at render
@@ -24,12 +25,13 @@ from pytest_kimi.progress.events import (
     BringUpDone,
     Event,
     LayoutDone,
+    LogLine,
     Message,
     NodeChanged,
     NodeLog,
 )
 from pytest_kimi.progress.model import LayoutView, NodeRow, ProgressModel, RunRow, rate_text
-from pytest_kimi.progress.plain import done_line
+from pytest_kimi.progress.plain import done_line, run_log_line
 
 STATE_STYLES = {"starting": "yellow", "healthy": "cyan", "ready": "green", "failed": "bold red"}
 BAR_WIDTH = 24
@@ -66,6 +68,9 @@ class LiveProgress:
                     self.write(event.text)
                 return
             self.model.apply(event)
+            if isinstance(event, LogLine):
+                self._log_line(event)
+                return
             if isinstance(event, LayoutDone) and self.model.layout(event.layout).run is None:
                 self.pause()  # nothing was measured: a line saying why, no empty bar
                 self.write(done_line(None, event))
@@ -74,6 +79,17 @@ class LiveProgress:
             self._show(event.layout, phase)
             if isinstance(event, BringUpDone | LayoutDone):
                 self.pause()
+
+    def _log_line(self, event: LogLine) -> None:
+        """Under the layout's bar while it is measured (the model keeps the recent lines);
+        otherwise (a line read as the run ends) printed, never starting a live area."""
+        if self._current == (event.layout, "run") and self._live is not None:
+            if not self.auto_refresh:
+                self._live.refresh()
+        elif self._live is not None:
+            self._live.console.print(Text(run_log_line(event)))
+        else:
+            self.write(run_log_line(event))
 
     def pause(self) -> None:
         """Stop the live area, leaving its last frame on the screen (pytest is about to
@@ -112,7 +128,8 @@ class LiveProgress:
         now = self.clock()
         if phase == "bringup":
             return node_table(view, now)
-        return run_bar(view, now)
+        lines = recent_log_lines(view)
+        return Group(run_bar(view, now), *lines) if lines else run_bar(view, now)
 
 
 class _Frame:
@@ -171,6 +188,17 @@ def run_bar(view: LayoutView, now: float) -> RenderableType:
     if not run.error:
         return grid
     return Group(grid, Text(f"  stopped: {run.error.splitlines()[0]}", style="red"))
+
+
+def recent_log_lines(view: LayoutView) -> list[Text]:
+    """The measured run's latest log lines (``logs.tail_report_s``), one row each, dimmed:
+    ``  log replica0-node0-n1 (n1): Decode batch. #running-req: 3 ...``."""
+    rows = []
+    for event in view.log_lines:  # the model swaps the list whole: this one stays as read
+        text = Text(f"  log {event.name} ({event.node}): {event.line}", style="dim")
+        text.no_wrap, text.overflow = True, "ellipsis"
+        rows.append(text)
+    return rows
 
 
 def _figures(run: RunRow, now: float) -> Text:

@@ -10,6 +10,7 @@ from pytest_kimi.progress.events import (
     BringUpDone,
     Event,
     LayoutDone,
+    LogLine,
     MeasureStarted,
     NodeChanged,
     NodeLog,
@@ -17,6 +18,8 @@ from pytest_kimi.progress.events import (
     RequestFinished,
     RequestStarted,
 )
+
+RECENT_LOG_LINES = 5  # log lines of the measured run a live display keeps showing
 
 
 @dataclass
@@ -81,6 +84,7 @@ class LayoutView:
     ready: bool = False  # warm-up done
     run: RunRow | None = None
     error: str = ""  # LayoutDone's, also when measuring never started
+    log_lines: list[LogLine] = field(default_factory=list)  # the latest, oldest first
 
     def bringup_s(self) -> float:
         """Wall seconds from the first launch to the router being ready (0 if unknown)."""
@@ -107,6 +111,9 @@ class ProgressModel:
             row = self.layout(event.layout).nodes.get(event.name)
             if row is not None:
                 row.detail = event.line
+        elif isinstance(event, LogLine):  # the run's recent lines, a few kept
+            view = self.layout(event.layout)  # a new list: a render thread reads the old whole
+            view.log_lines = [*view.log_lines[-(RECENT_LOG_LINES - 1) :], event]
         elif isinstance(event, BringUpDone):
             view = self.layout(event.layout)
             view.ready = True

@@ -2,7 +2,8 @@
 
 Bring-up: one line per process as it becomes healthy, one when the router is ready. Measuring:
 a line at each tenth of the requests (every request when there are fewer than ten), with
-output tokens/s and elapsed time in cluster time, then one line when the layout is done.
+output tokens/s and elapsed time in cluster time, a process's last log line when it changed
+(``logs.tail_report_s``), then one line when the layout is done.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pytest_kimi.progress.events import (
     Event,
     LayoutDone,
+    LogLine,
     MeasureStarted,
     Message,
     NodeChanged,
@@ -48,6 +50,8 @@ class PlainProgress:
             return node_line(self.model, event)
         if isinstance(event, NodeLog):
             return log_line(self.model, event)
+        if isinstance(event, LogLine):
+            return run_log_line(event)
         if isinstance(event, MeasureStarted):
             self._tenths[event.layout] = 0
             return f"[kimi {event.layout}] measuring {event.total} requests"
@@ -86,6 +90,11 @@ def log_line(model: ProgressModel, event: NodeLog) -> str:
     who = f"replica{event.replica} rank{event.rank}" if event.replica is not None else event.role
     since = f", {row.elapsed(event.at):.0f}s" if row is not None else ""
     return f'[kimi {event.layout}] {event.node} {who}: {event.state}{since} (log: "{event.line}")'
+
+
+def run_log_line(event: LogLine) -> str:
+    """``[kimi tp32] log replica0-node0-node601 (node601): Decode batch. #running-req: 3``"""
+    return f"[kimi {event.layout}] log {event.name} ({event.node}): {event.line}"
 
 
 def run_status(run: RunRow, now: float) -> str:
