@@ -12,6 +12,7 @@ between replicas is known (:mod:`pytest_kimi.report.replicacounters`).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -115,6 +116,8 @@ def measure(
         folder.write_records(layout.name, records)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
+        if wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one
+            result.notes.extend(turnaround_notes(records, wl.concurrency, inputs.time_scale))
         result.summary = summarize(
             records,
             time_scale=inputs.time_scale,
@@ -296,3 +299,38 @@ def prompt_length_notes(
         f"{nominal} input tokens by more than {tolerance:.0%} as counted by the server "
         f"(worst: {worst.prompt_id} with {worst.prompt_tokens})"
     ]
+
+
+def client_turnaround(records: list[RequestRecord], concurrency: int) -> list[float]:
+    """Wall seconds from each freed slot (a measured request's last token) to the next
+    request's send, in a closed loop at ``concurrency``: the ``k``-th send after the first
+    ``concurrency`` is the one the ``k``-th end made room for. Failed requests count (their
+    end frees the slot too); a record without an end or a send ends the pairing."""
+    measured = [r for r in records if not r.warmup]
+    sends = sorted(r.send_time for r in measured)
+    ends = sorted(r.end_time for r in measured if r.end_time is not None)
+    follow = sends[concurrency:]
+    return [max(0.0, s - e) for s, e in zip(follow, ends, strict=False)]
+
+
+def turnaround_notes(
+    records: list[RequestRecord], concurrency: int, time_scale: float
+) -> list[str]:
+    """The client's own turnaround, measured, in wall time and (on the mock) in cluster time:
+    the mock's model takes a request's arrival when it reaches the server, so every wall
+    millisecond the client spends between a last token and the next send is ``time_scale``
+    milliseconds of cluster time in which no request arrives (docs/mock.md, "Live vs twin")."""
+    gaps = sorted(client_turnaround(records, concurrency))
+    if not gaps:
+        return []
+    median, p95 = gaps[len(gaps) // 2], gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)]
+    text = (
+        f"client turnaround (a request's last token to the next request sent, closed loop): "
+        f"median {median * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms wall over {len(gaps)} sends"
+    )
+    if time_scale != 1:
+        text += (
+            f"; at time scale 1:{time_scale:g} that is {median * time_scale:.2f} s of cluster "
+            "time before each follow-up is even sent"
+        )
+    return [text]

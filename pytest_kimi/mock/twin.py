@@ -8,6 +8,7 @@ the mock reports minus client and network noise.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,11 +43,14 @@ def simulate(
     concurrency: int,
     chunk_size: int = 8192,
     seed: int = 0,
+    reaction_s: float = 0.0,
 ) -> TwinRun:
     """Round-robin over ``replicas``, ``concurrency`` clients each sending back to back.
 
-    Request ``i`` has ``input_lens[i % len(input_lens)]`` prompt tokens.
-    """
+    Request ``i`` has ``input_lens[i % len(input_lens)]`` prompt tokens. ``reaction_s``: cluster
+    seconds from a request's last token to the arrival of the request its freed slot sends
+    (client, router and HTTP together); 0 is an instant client. On the live mock that gap is
+    the client's wall-clock reaction times the time scale (docs/mock.md, "Live vs twin")."""
     sims = [
         ReplicaSim(
             CostModel(profile, tp=tp, pp=pp, ep=ep, gpus_per_node=gpus_per_node),
@@ -68,11 +72,15 @@ def simulate(
         sent += 1
 
     backlog: list = []
+    pending: list[float] = []  # a heap: arrivals of follow-ups still on their way
     for _ in range(min(concurrency, num_requests)):
         send(0.0)
     while len(done) < num_requests:
         if not backlog:
             times = [(t, i) for i, s in enumerate(sims) if (t := s.next_event_time()) is not None]
+            if pending and (not times or pending[0] <= min(times)[0]):
+                send(heapq.heappop(pending))  # the next thing to happen is an arrival
+                continue
             if not times:
                 raise RuntimeError("simulation stalled with requests outstanding")
             t, i = min(times)
@@ -81,6 +89,9 @@ def simulate(
         sim, event = backlog.pop(0)
         if event.finished:
             done.append(sim.requests[event.rid])
-            if sent < num_requests:
-                send(event.time)
+            if sent + len(pending) < num_requests:
+                if reaction_s > 0:
+                    heapq.heappush(pending, event.time + reaction_s)
+                else:
+                    send(event.time)
     return TwinRun(tuple(done))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pytest_kimi.measure import prompt_length_notes
+import pytest
+
+from pytest_kimi.measure import client_turnaround, prompt_length_notes, turnaround_notes
 from pytest_kimi.workload.records import RequestRecord
 
 
@@ -20,3 +22,25 @@ def test_prompts_beyond_ten_percent_are_counted_and_the_worst_named():
     [note] = prompt_length_notes(records, 16384)
     assert note.startswith("2 of 3 prompts differ from the nominal 16384")
     assert "worst: p2 with 20000" in note
+
+
+def _timed(i: int, send: float, end: float | None, warmup: bool = False) -> RequestRecord:
+    return RequestRecord(i, f"p{i}", 16384, 512, send_time=send, end_time=end, warmup=warmup)
+
+
+def test_turnaround_pairs_each_freed_slot_with_the_next_send():
+    # concurrency 2: sends at 0 and 0; ends at 10 and 12 free the slots of sends at 10.004
+    # and 12.010; a warm-up is not part of the loop
+    records = [_timed(-1, -5.0, -4.0, warmup=True), _timed(0, 0.0, 10.0), _timed(1, 0.0, 12.0),
+               _timed(2, 10.004, 20.0), _timed(3, 12.010, 21.0)]  # fmt: skip
+    assert client_turnaround(records, 2) == pytest.approx([0.004, 0.010])
+
+
+def test_turnaround_note_gives_wall_and_cluster_time_on_the_mock():
+    records = [_timed(0, 0.0, 10.0), _timed(1, 10.012, 20.0)]
+    [note] = turnaround_notes(records, 1, time_scale=40)
+    assert "median 12.0 ms, p95 12.0 ms wall over 1 sends" in note
+    assert "at time scale 1:40 that is 0.48 s of cluster time" in note
+    [real] = turnaround_notes(records, 1, time_scale=1)
+    assert "cluster time" not in real
+    assert turnaround_notes(records[:1], 1, time_scale=40) == []  # nothing followed

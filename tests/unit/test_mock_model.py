@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from pytest_kimi.mock.faults import FaultError, Faults
 from pytest_kimi.mock.healthgate import HealthGate
 from pytest_kimi.mock.perfmodel import CostModel, Prefill, Profile
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.twin import simulate
+
+LOCAL = Path(__file__).resolve().parents[2] / "clusters" / "local.yaml"
 
 
 def _cost(tp: int, pp: int, profile: Profile | None = None) -> CostModel:
@@ -160,6 +164,28 @@ def test_twin_reproduces_the_seed_trade_off_directions():
     assert np.median(pp_tpot) > np.median(tp_tpot)
     assert np.percentile(pp_tpot, 95) > np.percentile(tp_tpot, 95)
     assert pp_dur > tp_dur
+
+
+def test_a_slow_client_turnaround_locks_tp32_replicas_into_waves():
+    """Why the live mock's TP32 TTFT median sat near 13.6 s while the twin said 5.1 s: the
+    client's turnaround (12 ms wall, measured) times the time scale (40) is ~0.5 s of cluster
+    time before a follow-up arrives. By then the other replica has finished its own wave, so
+    follow-ups never land mid-decode, the replicas never desynchronise, and every request
+    queues behind its wave's 16K prefills. An instant client breaks the waves."""
+    profile = Profile.from_mapping(yaml.safe_load(LOCAL.read_text())["mock"]["profile"])
+    lens = [16384 + 97 * (i % 7) - 300 for i in range(40)]
+
+    def ttft(reaction_s: float) -> np.ndarray:
+        run = simulate(
+            profile, tp=32, pp=1, ep=4, gpus_per_node=8, replicas=2, num_requests=40,
+            input_lens=lens, output_len=512, concurrency=8, reaction_s=reaction_s,
+        )  # fmt: skip
+        return np.array([r.first_token_at - r.arrival for r in run.requests])
+
+    instant, slow = ttft(0.0), ttft(0.5)
+    assert np.median(instant) < 6.0  # most requests prefilled alone (~5 s for 16K)
+    assert np.median(slow) > 12.0  # waves: behind two to four 16K prefills
+    assert np.median(ttft(0.005)) < 6.0  # a real cluster's few ms of turnaround do not lock
 
 
 def test_simulation_is_deterministic_for_a_seed_even_with_jitter():
