@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.deployment import Deployment
-    from pytest_kimi.deploy.executor import Executor, Handle
+    from pytest_kimi.deploy.executor import Executor
     from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
     from pytest_kimi.deploy.reach import Reach
     from pytest_kimi.inputs import Inputs
@@ -142,11 +142,8 @@ def node_client(
     local = inputs.cluster.executor != "ssh"
     folder = str((dep.log_dir / "client").absolute()) if local else executor.remote_dir  # type: ignore[attr-defined]
 
-    def register(handle: Handle) -> None:
-        dep.handles[handle.spec.name] = handle
-
-    return NodeClient(executor, node, network.client_python, folder, plan.endpoint, register,
-                      same_clock=local)  # fmt: skip
+    return NodeClient(executor, node, network.client_python, folder, plan.endpoint,
+                      dep.start_extra, same_clock=local)  # fmt: skip
 
 
 def gpu_preflight(

@@ -23,6 +23,7 @@ the offset, measured with one round trip and stated with its uncertainty.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shlex
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest_kimi
+from pytest_kimi.deploy import remote
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.workload.abort import RunAborted
 from pytest_kimi.workload.onnode import spec_json
@@ -77,7 +79,12 @@ def measure_offset(
 ) -> ClockOffset:
     """One round trip: the node's ``time.perf_counter()`` against the middle of the trip
     here (both are CLOCK_MONOTONIC on Linux); the error is at most half the trip."""
-    command = shlex.join([*python, "-c", "import time; print(repr(time.perf_counter()))"])
+    check = (  # the client needs 3.11 (asyncio.timeout); an older one is named here
+        "import sys, time; v = sys.version_info; "
+        "sys.exit('Python %d.%d: the client needs 3.11 or later' % v[:2]) if v < (3, 11) "
+        "else print(repr(time.perf_counter()))"
+    )
+    command = shlex.join([*python, "-c", check])
     before = clock()
     code, out = executor.run(node, command, 60)
     after = clock()
@@ -112,8 +119,8 @@ def complete_lines(text: str) -> tuple[list[str], int]:
     end = text.rfind("\n")
     if end < 0:
         return [], 0
-    whole = text[: end + 1]
-    return [line for line in whole.splitlines() if line.strip()], len(whole.encode())
+    whole = text[: end + 1]  # only "\n" ends an event (splitlines would split on U+2028)
+    return [line for line in whole.split("\n") if line.strip()], len(whole.encode())
 
 
 @dataclass
@@ -138,6 +145,8 @@ class Stream:
                 record = RequestRecord(event["index"], event["prompt_id"],
                                        event["nominal_input_tokens"], event["max_output_tokens"],
                                        warmup=event["warmup"])  # fmt: skip
+                if "t" in event:  # an unfinished record still sits where it was sent
+                    record.send_time = record.start_time = event["t"] - self.offset
                 self.records[record.index] = record
                 self.on_start(record)
             elif kind == "done":
@@ -167,14 +176,14 @@ class NodeClient:
         python: Sequence[str],
         folder: str,
         endpoint: str,
-        register: Callable[[Handle], None],
+        start: Callable[[ProcessSpec, Path], Handle],
         *,
         same_clock: bool = False,
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.executor, self.node, self.python = executor, node, tuple(python)
-        self.folder, self.endpoint, self.register = folder.rstrip("/"), endpoint, register
+        self.folder, self.endpoint, self.start = folder.rstrip("/"), endpoint, start
         self.same_clock, self.poll_s, self.clock = same_clock, poll_s, clock
         self.offset: ClockOffset | None = None
         self.runs = 0
@@ -212,6 +221,8 @@ class NodeClient:
         abort: Abort | None = None,
     ) -> list[RequestRecord]:
         """Like :func:`~pytest_kimi.workload.client.run_requests`, on the node."""
+        if abort is not None and abort.tripped:  # tripped before: nothing is sent
+            raise RunAborted(abort.reason)
         self.runs += 1
         tag = f"client{self.runs}-{self.node.name}"
         zip_path = self._ship()
@@ -223,13 +234,16 @@ class NodeClient:
         spec = ProcessSpec(name=tag, node=self.node, role="client",
                            argv=(*self.python, "-m", CLIENT_MODULE, spec_path, events),
                            env={"PYTHONPATH": zip_path})  # fmt: skip
-        handle = self.executor.start(spec, Path(self.folder) / f"{tag}.log")
-        self.register(handle)  # teardown stops it and fetches its log, whatever happens here
-        stream = Stream(on_start, on_done, self.offset.seconds)
+        # a process of the deployment: teardown stops it and fetches its log, whatever
+        # happens here, and a Ctrl-C during its start still finds it
+        handle = self.start(spec, Path(self.folder) / f"{tag}.log")
+        stream, read = Stream(on_start, on_done, self.offset.seconds), [0]
         try:
-            self._follow(handle, events, stream, abort)
+            self._follow(handle, events, stream, read, abort)
         finally:
             self._stop(handle)
+            with contextlib.suppress(Exception):  # what finished while it was stopped
+                self._read(events, stream, read)
         return stream.in_order()
 
     def _offset(self) -> ClockOffset:
@@ -239,22 +253,31 @@ class NodeClient:
 
     def _ship(self) -> str:
         if not self._shipped:
+            # the client's node may run nothing else: its run folder may not exist yet
+            code, out = self.executor.run(self.node, remote.mkdir(self.folder))
+            if code != 0:
+                raise ClientNodeError(f"node {self.node.name}: cannot create {self.folder}: {out}")
             path = f"{self.folder}/pytest_kimi-client.zip"
             self.executor.put_file(self.node, path, package_zip())
             self._shipped = path
         return self._shipped
 
-    def _follow(self, handle: Handle, events: str, stream: Stream, abort: Abort | None) -> None:
-        read = 0  # bytes of the events file already handed on
+    def _read(self, events: str, stream: Stream, read: list[int]) -> None:
+        """Hand on the events written since ``read[0]`` bytes (advanced)."""
+        _, text = self.executor.run(
+            self.node, f"tail -c +{read[0] + 1} {shlex.quote(events)} 2>/dev/null || true"
+        )
+        lines, used = complete_lines(text)
+        read[0] += used
+        stream.feed(lines)
+
+    def _follow(
+        self, handle: Handle, events: str, stream: Stream, read: list[int], abort: Abort | None
+    ) -> None:
         while True:
             tripped = abort is not None and abort.tripped
             exited = self.executor.exit_code(handle)  # before reading: nothing written after
-            _, text = self.executor.run(
-                self.node, f"tail -c +{read + 1} {shlex.quote(events)} 2>/dev/null || true"
-            )
-            lines, used = complete_lines(text)
-            read += used
-            stream.feed(lines)  # what finished before an abort was noticed is kept
+            self._read(events, stream, read)  # what finished before an abort is noticed: kept
             if stream.ended:
                 return
             if tripped:

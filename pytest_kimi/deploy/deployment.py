@@ -229,11 +229,18 @@ class Deployment:
                 )
 
     def _launch(self, spec: ProcessSpec) -> None:
+        handle = self.start_extra(spec)
+        self.on_state(spec, "starting", f"pgid {handle.pgid}")
+
+    def start_extra(self, spec: ProcessSpec, log_path: Path | None = None) -> Handle:
+        """Start ``spec`` as one of the deployment's processes (the client on a node, after
+        bring-up): teardown stops it, fetches its log and checks it is gone, and a Ctrl-C
+        between its start and its handle still finds it (``launching``)."""
         self.launching = spec
-        handle = self.executor.start(spec, self.log_dir / f"{spec.name}.log")
+        handle = self.executor.start(spec, log_path or self.log_dir / f"{spec.name}.log")
         self.handles[spec.name] = handle
         self.launching = None
-        self.on_state(spec, "starting", f"pgid {handle.pgid}")
+        return handle
 
     def check_processes(self) -> None:
         """Raise :class:`BringUpError` if any started process has exited."""

@@ -343,7 +343,8 @@ class SSHExecutor:
 
     def put_file(self, node: Node, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` on ``node`` over SFTP, 0600 before a byte is written;
-        the whole file each time, so it is safe to repeat after a reconnect."""
+        the whole file each time, so it is safe to repeat after a reconnect. Its folder
+        must exist (the run folder, made by ``start`` or :func:`remote.mkdir`)."""
 
         def write() -> None:
             try:

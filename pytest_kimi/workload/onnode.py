@@ -6,10 +6,14 @@ client the harness uses (:func:`~pytest_kimi.workload.client.run_requests`), and
 JSON line per event to ``OUT``, flushed at once so the harness can follow it while it runs:
 
 - ``{"event": "clock", "monotonic": T}`` first: this node's clock, for the harness's offset;
-- ``{"event": "start", "index": I, "prompt_id": ..., "warmup": B, ...}`` as one is sent;
+- ``{"event": "start", "index": I, "prompt_id": ..., "warmup": B, "t": T, ...}`` as one is
+  sent (``T`` on this node's clock);
 - ``{"event": "done", "record": {...}}`` once its record is filled in (a
   :class:`~pytest_kimi.workload.records.RequestRecord`, times on this node's clock);
 - ``{"event": "end"}`` when every request has finished.
+
+Every line is ASCII (non-ASCII text escaped), so the harness's byte count of what it read is
+exact whatever decoding the transport does.
 
 SIGTERM (the harness stopping the run: an abort, Ctrl-C, teardown) cancels the requests in
 flight, so their connections close and the servers drop them, and exits 143 without ``end``.
@@ -72,10 +76,14 @@ class EventWriter:
     def started(self, record: RequestRecord) -> None:
         self.event("start", index=record.index, prompt_id=record.prompt_id,
                    nominal_input_tokens=record.nominal_input_tokens,
-                   max_output_tokens=record.max_output_tokens, warmup=record.warmup)  # fmt: skip
+                   max_output_tokens=record.max_output_tokens, warmup=record.warmup,
+                   t=time.perf_counter())  # fmt: skip
 
     def done(self, record: RequestRecord) -> None:
-        self._line('{"event":"done","record":' + record.to_json() + "}")
+        text = record.to_json()
+        if not text.isascii():  # orjson keeps UTF-8 (an error text): the harness counts bytes
+            text = json.dumps(json.loads(text))  # of ASCII lines, "\n" the only line end
+        self._line('{"event":"done","record":' + text + "}")
 
 
 async def _run(endpoint: str, options: ClientOptions, measured, warmup, out: EventWriter) -> None:

@@ -19,6 +19,7 @@ from pytest_kimi.config import Node, load_cluster
 from pytest_kimi.deploy import network
 from pytest_kimi.deploy.clientnode import (
     ClientNodeError,
+    NodeClient,
     Stream,
     complete_lines,
     measure_offset,
@@ -200,3 +201,60 @@ def test_a_client_python_that_does_not_run_is_named() -> None:
 def test_event_lines_are_json_the_harness_reads() -> None:
     lines = _events([_record(0)])
     assert [json.loads(line)["event"] for line in lines] == ["clock", "start", "done", "end"]
+
+
+def test_an_event_line_is_one_ascii_line_whatever_the_record_holds() -> None:
+    buf = _Buf()
+    record = _record(0)
+    record.error = "upstream said: caf\u00e9 \u2028 broken"  # orjson would keep these raw
+    EventWriter(buf).done(record)  # type: ignore[arg-type]
+    assert buf.text.isascii() and buf.text.count("\n") == 1
+    lines, used = complete_lines(buf.text)
+    assert used == len(buf.text) and len(lines) == 1
+    assert json.loads(lines[0])["record"]["error"] == record.error
+
+
+def test_a_line_separator_inside_an_event_does_not_end_it() -> None:
+    text = '{"a": "x\u2028y"}\n'
+    assert complete_lines(text) == (['{"a": "x\u2028y"}'], len(text.encode()))
+
+
+def test_a_request_still_in_flight_sits_where_it_was_sent() -> None:
+    started: list[RequestRecord] = []
+    stream = Stream(started.append, lambda record: None, offset=900.0)
+    stream.feed(['{"event": "start", "index": 0, "prompt_id": "p", "nominal_input_tokens": 1, '
+                 '"max_output_tokens": 1, "warmup": false, "t": 1000.5}'])  # fmt: skip
+    assert started[0].send_time == pytest.approx(100.5) and started[0].end_time is None
+
+
+def test_a_client_python_older_than_3_11_is_named() -> None:
+    node = _Clocked(0, 0.01, answer="Python 3.10: the client needs 3.11 or later\n")
+    with pytest.raises(ClientNodeError, match=r"Python 3\.10: the client needs 3\.11 or later"):
+        measure_offset(node, NODE, ["python3.10"], node.clock)  # type: ignore[arg-type]
+
+
+def test_an_abort_tripped_before_the_run_sends_nothing() -> None:
+    from pytest_kimi.workload.abort import Abort, RunAborted
+
+    abort = Abort()
+    abort.trip("watchdog: replica1-node1 lost")
+    nothing = _Nothing()
+    client = NodeClient(nothing, NODE, ["python3"], "/w", "http://10.0.0.1:30000",  # type: ignore[arg-type]
+                        nothing.start)  # fmt: skip
+    with pytest.raises(RunAborted, match="replica1-node1 lost"):
+        client.run([RequestSpec("a", "t", 1)], ClientOptions(), abort=abort)
+    assert nothing.calls == []
+
+
+class _Nothing:
+    """An executor that records every call (there must be none)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            raise AssertionError(f"{name} called")
+
+        return call
