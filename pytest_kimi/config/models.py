@@ -316,7 +316,7 @@ class Network(_Model):
     client_python: Argv = Field(
         default_factory=list,
         description="With client: on_node, the Python that runs the client on that node (it "
-        "needs httpx and orjson, which SGLang's environment has); default: server.python. "
+        "needs 3.11+ with httpx and orjson, as SGLang's environment has); default: server.python. "
         "Required when the servers run in a container: the client runs on the node itself.",
     )
 
