@@ -7,13 +7,21 @@ it on one page):
   group, at ``gpu_tflops x mfu``;
 * memory: weights read once per step (dense part + the experts the batch touches) plus the KV
   cache read by decodes, split over the TP group, at ``gpu_mem_bw_gbs``;
-* TP: two all-reduces per layer of ``tokens x hidden`` activations; a latency term that grows
-  with log2(TP) and a ring bandwidth term, both much worse once the group crosses nodes;
+* TP: two all-reduces per layer of ``tokens x hidden`` activations, costed with NCCL's own
+  ring model (``src/graph/tuning.cc``): ``2 (n - nodes)`` steps over PCIe and ``2 (nodes - 1)``
+  over the network, each paying that link's step latency, plus the ring's bandwidth term;
 * PP: each stage holds ``layers / PP`` layers; a batch hops between stages (activations over
   the intra- or inter-node link), so prefill chunks pipeline but every decode step crosses all
   stages;
 * EP: experts are spread over EP groups; the busiest group sets the pace (``ep_imbalance``);
-* a fixed per-stage step overhead (scheduling, kernel launches, synchronisation).
+* a fixed cost per batch per pipeline stage (``step_overhead_ms``): each stage runs its own
+  scheduler loop, launches its kernels and synchronises once per batch, so PP8 pays it eight
+  times per decode step and TP32 once.
+
+Every constant is shared by all layouts. Hardware numbers come from data sheets and model
+numbers from Kimi K2's published config (sources beside each field); ``mfu``, the two link
+latencies and ``step_overhead_ms`` have no data sheet and are fitted by
+``python -m pytest_kimi.mock.calibrate`` (the shipped values are its fit to the seed).
 
 All times are cluster seconds. Kimi-K3's architecture is not public: the default model numbers
 are Kimi K2's (1T total / 32B active, 61 layers, hidden 7168, 384 experts, 8 per token).
@@ -26,34 +34,56 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+# Sources (the seed's GPUs are RTX Pro 6000D, a variant whose numbers are not published; the
+# numbers below are the RTX PRO 6000 Blackwell Server Edition's):
+# [gpu] NVIDIA RTX PRO 6000 Blackwell: 96 GB GDDR7 on a 512-bit bus at 28 Gbps = 1792 GB/s;
+#       "4000 AI TOPS" FP4 with 2:4 sparsity = 2000 dense FP4 = 500 dense BF16 TFLOP/s; PCIe 5.0
+#       x16. https://www.nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition/
+#       (figures as reported at launch: https://gpu.name/posts/nvidia-unveils-rtx-pro-6000-
+#       blackwell-gpu-with-24-064-cores-and-96gb-memory)
+# [pcie] PCI Express 5.0: 32 GT/s per lane, x16 = 63 GB/s per direction (PCI-SIG).
+#       https://pcisig.com/specifications
+# [nic] Assumed: one 100 Gb/s Ethernet/RoCE NIC per 8-GPU node = 12.5 GB/s per node. The
+#       seed does not name its network; this is a stated assumption, not a measurement.
+# [nccl] NCCL ring all-reduce latency: baseLat + (nsteps - nInterSteps) x intraLat +
+#       nInterSteps x interLat, nsteps = 2 (ranks - 1), nInterSteps = 2 (nodes - 1).
+#       https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc
+# [k2] Kimi K2 config.json: num_hidden_layers 61, hidden_size 7168, n_routed_experts 384,
+#       num_experts_per_tok 8, moe_intermediate_size 2048, num_attention_heads 64,
+#       qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, kv_lora_rank 512.
+#       https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json
+
 
 @dataclass(frozen=True)
 class Profile:
     """Hardware and model numbers with physical meaning (units in the names)."""
 
-    # hardware (defaults: RTX Pro 6000D, PCIe, no NVLink)
-    gpu_tflops: float = 400.0  # dense tensor throughput per GPU, TFLOP/s
-    mfu: float = 0.4  # fraction of gpu_tflops reached by prefill kernels
-    gpu_mem_bw_gbs: float = 1570.0  # HBM/GDDR bandwidth per GPU, GB/s
-    intra_node_bw_gbs: float = 12.0  # per-GPU all-reduce bus bandwidth inside a node (PCIe), GB/s
-    intra_node_latency_us: float = 40.0  # latency of one collective step inside a node, us
-    inter_node_bw_gbs: float = 12.5  # per-GPU share of the node's network, GB/s
-    inter_node_latency_us: float = 70.0  # latency of one collective step across nodes, us
-    step_overhead_ms: float = 10.0  # fixed cost per batch per pipeline stage, ms
-    # model (defaults: Kimi K2 as a stand-in for Kimi-K3)
+    # hardware: data sheets [gpu], [pcie], [nic]
+    gpu_tflops: float = 500.0  # dense BF16 tensor throughput per GPU, TFLOP/s [gpu]
+    mfu: float = 0.12  # FITTED: fraction of gpu_tflops that prefill reaches
+    gpu_mem_bw_gbs: float = 1792.0  # GDDR7 bandwidth per GPU, GB/s [gpu]
+    intra_node_bw_gbs: float = 63.0  # PCIe 5.0 x16 per direction, GB/s [pcie]
+    intra_node_latency_us: float = 4.5  # FITTED: one NCCL ring step over PCIe, us [nccl]
+    inter_node_bw_gbs: float = 12.5  # the node's network, GB/s [nic]
+    inter_node_latency_us: float = 13.5  # FITTED: one NCCL ring step over the network, us
+    step_overhead_ms: float = 12.0  # FITTED: per batch per pipeline stage (scheduler, launches)
+    # model: Kimi K2 as a stand-in for Kimi-K3 [k2]
     layers: int = 61
     hidden: int = 7168
-    active_params_b: float = 32.0  # parameters used per token, billions
-    dense_params_b: float = 11.0  # attention + shared expert + dense layers, billions
-    dense_bytes_per_param: float = 1.0  # FP8/BF16 mix
+    active_params_b: float = 32.0  # parameters used per token, billions (K2 model card)
+    dense_params_b: float = 11.0  # active minus routed experts: 32 - 60 x 8 x 44M = 11 B
+    dense_bytes_per_param: float = 1.0  # FP8 checkpoint (K2 ships FP8 weights)
     experts: int = 384
     experts_per_token: int = 8
-    expert_params_m: float = 44.0  # one routed expert's FFN, millions (3 x 7168 x 2048)
-    expert_bytes_per_param: float = 0.5  # MXFP4
-    attn_flops_per_token_ctx: float = 49152.0  # per layer, per (query token x context token)
-    kv_bytes_per_token: float = 1152.0  # per layer (MLA latent 512 + rope 64, BF16)
+    expert_params_m: float = 44.0  # one routed expert's FFN: 3 x 7168 x 2048 = 44 M
+    expert_bytes_per_param: float = 0.5  # MXFP4 (the seed's flashinfer_mxfp4 MoE runner)
+    # per layer, per (query, context token): 2 FLOP x 64 heads x (192 q.k + 128 v dims)
+    attn_flops_per_token_ctx: float = 40960.0
+    kv_bytes_per_token: float = 1152.0  # per layer: MLA latent 512 + rope 64, BF16 (2 B)
     activation_bytes: float = 2.0  # BF16 activations on the wire
-    ep_imbalance: float = 0.1  # extra load on the busiest EP group, per extra group
+    # extra load on the busiest EP group, per extra group: no measurement, so 0 (balanced);
+    # both seed layouts are EP4, so it could not tell them apart anyway
+    ep_imbalance: float = 0.0
     jitter: float = 0.0  # relative std of a step's time (seeded), 0 for exact runs
     max_running_requests: int = 256
 
@@ -114,17 +144,22 @@ class CostModel:
         return self.layers_per_stage * layer + p.step_overhead_ms / 1e3
 
     def allreduce_time(self, tokens: int) -> float:
-        """One all-reduce of ``tokens x hidden`` activations over the TP group."""
+        """One all-reduce of ``tokens x hidden`` activations over the TP group: NCCL's ring
+        model [nccl] (its fixed base latency is folded into ``step_overhead_ms``)."""
         n = self.tp
         if n == 1:
             return 0.0
         p = self.p
+        nodes = math.ceil(n / self.gpus_per_node)
+        latency = (
+            2 * (n - nodes) * p.intra_node_latency_us + 2 * (nodes - 1) * p.inter_node_latency_us
+        )
         size = tokens * p.hidden * p.activation_bytes
-        if n > self.gpus_per_node:
-            latency, bandwidth = p.inter_node_latency_us, p.inter_node_bw_gbs
-        else:
-            latency, bandwidth = p.intra_node_latency_us, p.intra_node_bw_gbs
-        return latency / 1e6 * math.log2(n) + 2 * (n - 1) / n * size / (bandwidth * 1e9)
+        # the ring's slowest link: a node's network carries every byte that leaves the node
+        bandwidth = (
+            p.intra_node_bw_gbs if nodes == 1 else min(p.intra_node_bw_gbs, p.inter_node_bw_gbs)
+        )
+        return latency / 1e6 + 2 * (n - 1) / n * size / (bandwidth * 1e9)
 
     def hop_time(self, tokens: int, stage: int) -> float:
         """Send a batch's activations from ``stage`` to ``stage + 1``."""

@@ -1,0 +1,290 @@
+"""Fit the mock's fittable constants to measured summaries, and predict the other layouts.
+
+``python -m pytest_kimi.mock.calibrate --target FILE --fit-layout tp32 [--json]``
+
+FILE (JSON or YAML) maps layout names to summaries with ``bench_serving``'s keys
+(``{"tp32": {"mean_ttft_ms": ..., "duration": ...}, "pp8": {...}}``): a hand-typed table such
+as the seed's (``pytest_kimi/data/seed_target.json``), or a saved run's ``summary.json`` files
+(same keys; a single ``summary.json`` names its layout under ``"layout"``). Layouts' parallelism,
+the deployment and the workload come from ``--cluster`` (default ``clusters/local.yaml``), the
+prompts from its workload (:mod:`pytest_kimi.mock.mission`).
+
+Only constants without a data sheet are fitted (:data:`KNOBS`): ``mfu``, the NCCL step
+latencies (both links scaled together, keeping NCCL's own intra/inter ratio) and the per-stage
+step overhead. The fit minimises the mean squared log error of the fitted layouts' cells plus a
+weak pull (:data:`PRIOR_WEIGHT`) toward the starting profile, so a combination the named
+layouts cannot tell apart stays where it started instead of drifting. Every layout in FILE is
+then simulated (``reaction_s`` 0, as the live mock runs) and compared: fitted layouts are
+fits, the others predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pytest_kimi.mock.mission import (
+    Deployment,
+    deployment,
+    mission_input_lens,
+    profile_of,
+    simulate_deployment,
+    summarize_twin,
+)
+from pytest_kimi.mock.perfmodel import Profile
+
+# the seed table's twelve cells, bench_serving's output-file keys (ours for p95: 0.5.9 writes
+# only p99 of TTFT/TPOT/E2E; pytest-kimi's summary.json adds p95 with the same naming)
+CELLS: tuple[str, ...] = (
+    "duration", "input_throughput", "output_throughput", "total_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p95_tpot_ms",
+    "mean_e2e_latency_ms", "p95_e2e_latency_ms",
+)  # fmt: skip
+# catalogue names (ttft_p95) accepted for the same cells
+ALIASES: dict[str, str] = {
+    "ttft_mean": "mean_ttft_ms", "ttft_median": "median_ttft_ms", "ttft_p95": "p95_ttft_ms",
+    "tpot_mean": "mean_tpot_ms", "tpot_median": "median_tpot_ms", "tpot_p95": "p95_tpot_ms",
+    "e2e_mean": "mean_e2e_latency_ms", "e2e_p95": "p95_e2e_latency_ms",
+}  # fmt: skip
+# fitted knob -> the profile fields it scales together
+KNOBS: dict[str, tuple[str, ...]] = {
+    "mfu": ("mfu",),
+    "link_latency": ("intra_node_latency_us", "inter_node_latency_us"),
+    "step_overhead": ("step_overhead_ms",),
+}
+PRIOR_WEIGHT = 0.01  # per squared log-factor of a knob, against a cell's squared log error
+
+
+class TargetError(ValueError):
+    """A target file that cannot be used; the message names the file and the field."""
+
+
+def load_target(path: Path) -> dict[str, dict[str, float]]:
+    """Layout -> cell -> value from a JSON or YAML file; unknown keys ignored, bad ones named."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise TargetError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from None
+    if isinstance(data, Mapping) and isinstance(data.get("layout"), str):
+        data = {data["layout"]: data}  # one saved summary.json
+    if not isinstance(data, Mapping) or not data:
+        raise TargetError(f"{path}: expected a mapping of layout name -> summary")
+    out: dict[str, dict[str, float]] = {}
+    for layout, summary in data.items():
+        if not isinstance(summary, Mapping):
+            raise TargetError(f"{path}: {layout}: expected a mapping of metric -> value")
+        cells: dict[str, float] = {}
+        for key, value in summary.items():
+            cell = ALIASES.get(str(key), str(key))
+            if cell not in CELLS or value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TargetError(f"{path}: {layout}.{key}: expected a number, got {value!r}")
+            if not (math.isfinite(value) and value > 0):
+                raise TargetError(f"{path}: {layout}.{key}: must be positive, got {value!r}")
+            cells[cell] = float(value)
+        if not cells:
+            raise TargetError(f"{path}: {layout}: none of the known metrics ({', '.join(CELLS)})")
+        out[str(layout)] = cells
+    return out
+
+
+def predict(
+    profile: Profile, dep: Deployment, input_lens: Sequence[int], *, itl: bool = False
+) -> dict[str, float]:
+    """One layout's twelve cells, by the product's definitions, with ``reaction_s`` 0."""
+    summary = summarize_twin(simulate_deployment(profile, dep, input_lens), itl=itl)
+    figures = summary.to_dict()
+    return {cell: float(figures[cell]) for cell in CELLS}
+
+
+def apply(start: Profile, factors: Mapping[str, float]) -> Profile:
+    """``start`` with each knob's fields multiplied by its factor (mfu capped at 1)."""
+    changes: dict[str, float] = {}
+    for knob, factor in factors.items():
+        for name in KNOBS[knob]:
+            changes[name] = getattr(start, name) * factor
+    if "mfu" in changes:
+        changes["mfu"] = min(1.0, changes["mfu"])
+    return replace(start, **changes)
+
+
+def nelder_mead(
+    f: Callable[[np.ndarray], float],
+    x0: np.ndarray,
+    *,
+    step: float = 0.3,
+    max_evals: int = 120,
+    tol: float = 1e-4,
+) -> np.ndarray:
+    """Minimise ``f`` by Nelder-Mead (standard coefficients 1, 2, 0.5, 0.5). Derivative-free,
+    which suits a discrete-event simulation whose percentiles move in small jumps."""
+    n = len(x0)
+    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    evals = len(values)
+    while evals < max_evals:
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < tol:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        fr = f(reflected)
+        evals += 1
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            fe = f(expanded)
+            evals += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(contracted)
+            evals += 1
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink toward the best
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+                evals += n
+    return simplex[int(np.argmin(values))]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fit and what it predicts."""
+
+    profile: Profile
+    fitted: dict[str, float]  # profile field -> fitted value
+    fit_layouts: tuple[str, ...]
+    layouts: dict[str, dict[str, float]]  # every target layout's predicted cells
+
+    def errors(self, target: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+        """Relative error of each predicted cell against the target, per layout."""
+        return {
+            name: {c: self.layouts[name][c] / v - 1 for c, v in cells.items()}
+            for name, cells in target.items()
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fitted": self.fitted,
+            "fit_layouts": list(self.fit_layouts),
+            "layouts": self.layouts,
+        }
+
+
+def calibrate(
+    target: Mapping[str, Mapping[str, float]],
+    fit_layouts: Sequence[str],
+    deployments: Mapping[str, Deployment],
+    input_lens: Sequence[int],
+    start: Profile,
+    *,
+    knobs: Sequence[str] = tuple(KNOBS),
+    max_evals: int = 120,
+) -> Calibration:
+    """Fit ``knobs`` on ``fit_layouts`` from ``start``; predict every layout of ``target``."""
+    for name in fit_layouts:
+        if name not in target:
+            raise TargetError(f"--fit-layout {name}: not in the target (has: {', '.join(target)})")
+    for name in target:
+        if name not in deployments:
+            raise TargetError(f"{name}: no such layout in the cluster file")
+
+    def loss(x: np.ndarray) -> float:
+        profile = apply(start, dict(zip(knobs, np.exp(x), strict=True)))
+        errs = []
+        for name in fit_layouts:
+            cells = predict(profile, deployments[name], input_lens)
+            errs += [math.log(cells[c] / v) ** 2 for c, v in target[name].items()]
+        return float(np.mean(errs)) + PRIOR_WEIGHT * float(np.sum(x**2))
+
+    best = np.zeros(len(knobs))
+    if fit_layouts and knobs and max_evals > 0:
+        best = nelder_mead(loss, best, max_evals=max_evals)
+    profile = apply(start, dict(zip(knobs, np.exp(best), strict=True)))
+    fitted = {name: round(float(getattr(profile, name)), 4) for k in knobs for name in KNOBS[k]}
+    profile = replace(profile, **fitted)  # what is reported is what is simulated
+    layouts = {name: predict(profile, deployments[name], input_lens) for name in target}
+    return Calibration(profile, fitted, tuple(fit_layouts), layouts)
+
+
+def error_table(cal: Calibration, target: Mapping[str, Mapping[str, float]]) -> str:
+    """Per-cell target, twin and error, one column group per layout, fitted ones marked."""
+    names = list(target)
+    errors = cal.errors(target)
+    head = ["metric"]
+    for name in names:
+        role = "fitted" if name in cal.fit_layouts else "predicted"
+        head += [f"{name} target", f"{name} twin ({role})", "error"]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for cell in CELLS:
+        row = [cell]
+        for name in names:
+            if cell in target[name]:
+                value = cal.layouts[name][cell]
+                row += [f"{target[name][cell]:.2f}", f"{value:.2f}", f"{errors[name][cell]:+.1%}"]
+            else:
+                row += ["", f"{cal.layouts[name][cell]:.2f}", ""]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_kimi.config import ConfigError, load_cluster
+    from pytest_kimi.workload.dataset import DatasetError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_kimi.mock.calibrate", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--target", required=True, type=Path, help="JSON/YAML: layout -> summary")
+    parser.add_argument(
+        "--fit-layout", default="", help="layout(s) to fit on, comma-separated; none: predict only"
+    )
+    parser.add_argument("--cluster", type=Path, default=Path("clusters/local.yaml"))
+    parser.add_argument("--json", action="store_true", help="print JSON; the table to stderr")
+    parser.add_argument("--max-evals", type=int, default=120, help="simulations per fit (cap)")
+    args = parser.parse_args(argv)
+    fit_layouts = [s.strip() for s in args.fit_layout.split(",") if s.strip()]
+    try:
+        target = load_target(args.target)
+        cluster = load_cluster(args.cluster)
+        deployments = {name: deployment(cluster, name) for name in cluster.layouts}
+        cal = calibrate(
+            target, fit_layouts, deployments, mission_input_lens(cluster), profile_of(cluster),
+            max_evals=args.max_evals,
+        )  # fmt: skip
+    except (TargetError, ConfigError, DatasetError, ValueError) as exc:
+        print(f"calibrate: {exc}", file=sys.stderr)
+        return 2
+    table = error_table(cal, target)
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=2))
+        print(table, file=sys.stderr)
+    else:
+        fitted_on = ", ".join(cal.fit_layouts) or "nothing (the cluster file's profile)"
+        print(f"fitted on {fitted_on}: {json.dumps(cal.fitted)}")
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The offline twin of a cluster file's benchmark: same prompts, same deployment, same figures.
+
+:func:`pytest_kimi.mock.twin.simulate` takes bare numbers; this module takes them from a
+cluster file the way a run does, so the calibration tool (:mod:`pytest_kimi.mock.calibrate`)
+and tests predict exactly what the mission's command on the mock would measure:
+
+* prompt lengths are the real token counts of the run's prompts: the workload's dataset,
+  seed, category and prompt construction (:func:`pytest_kimi.workload.dataset.load_workload`,
+  as :func:`pytest_kimi.inputs.load_inputs` calls it), counted by the mock's tokenizer as the
+  mock server counts them; the first ``warmup_requests`` prompts are the warm-up and are not
+  measured (the twin starts from an idle, warmed deployment, as the measured part does);
+* parallelism from ``layouts:``, replicas from ``deployment:``, GPUs per node from ``nodes:``,
+  chunk size from ``server.args``, concurrency and lengths from ``workload:``;
+* figures through :func:`pytest_kimi.metrics.summarize`, the product's own definitions, on
+  records built from the simulation's ground truth (send = arrival, with ``reaction_s`` 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_kimi.config import ClusterConfig
+from pytest_kimi.metrics import summarize
+from pytest_kimi.mock.perfmodel import Profile
+from pytest_kimi.mock.twin import TwinRun, simulate
+from pytest_kimi.summary import Summary
+from pytest_kimi.workload.records import Chunk, RequestRecord
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the twin needs of one layout's deployment and workload."""
+
+    tp: int
+    pp: int
+    ep: int
+    gpus_per_node: int
+    replicas: int
+    num_requests: int
+    output_len: int
+    concurrency: int
+    chunk_size: int
+    seed: int
+
+
+def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
+    """``layout``'s deployment as the cluster file describes it (KeyError names known ones)."""
+    lay = cluster.layout(layout)
+    wl = cluster.workload
+    chunk = cluster.server.args.get("chunked-prefill-size", 8192)
+    return Deployment(
+        tp=lay.tp,
+        pp=lay.pp,
+        ep=lay.ep,
+        gpus_per_node=min(n.gpus for n in cluster.nodes),
+        replicas=cluster.replicas,
+        num_requests=wl.num_requests,
+        output_len=wl.output_len,
+        concurrency=wl.concurrency,
+        chunk_size=int(chunk),
+        seed=cluster.mock.seed if cluster.mock else 0,
+    )
+
+
+def profile_of(cluster: ClusterConfig) -> Profile:
+    """The cluster file's ``mock.profile`` (defaults where it has none)."""
+    return Profile.from_mapping(cluster.mock.profile if cluster.mock else {})
+
+
+def mission_input_lens(cluster: ClusterConfig) -> list[int]:
+    """Prompt token counts of the measured requests, in the order they are sent.
+
+    The same selection and construction as a run (``load_inputs``), counted as the mock server
+    counts a ``/generate`` text or a chat turn (whitespace-split words of its tokenizer)."""
+    from pytest_kimi.deploy.plan import resolve_model_path
+    from pytest_kimi.mock.tokenizer_files import count_tokens
+    from pytest_kimi.workload.dataset import load_workload, resolve_dataset
+
+    wl = cluster.workload
+    tokenizer = cluster.server.args.get("tokenizer-path")
+    tokenizer = tokenizer if isinstance(tokenizer, str) else cluster.server.model_path
+    workload = load_workload(
+        resolve_dataset(wl.dataset, cluster.path.parent),
+        num_requests=wl.num_requests + wl.warmup_requests,
+        seed=wl.seed,
+        category=wl.category,
+        config=wl.speedbench_config,
+        prompt=wl.prompt,
+        api=wl.api,
+        tokenizer_dir=Path(resolve_model_path(tokenizer)).expanduser(),
+    )
+    measured = workload.prompts[wl.warmup_requests :]
+    return [count_tokens(p.text) for p in measured]
+
+
+def simulate_deployment(
+    profile: Profile, dep: Deployment, input_lens: Sequence[int], *, reaction_s: float = 0.0
+) -> TwinRun:
+    """One layout's measured run, offline."""
+    return simulate(
+        profile,
+        tp=dep.tp,
+        pp=dep.pp,
+        ep=dep.ep,
+        gpus_per_node=dep.gpus_per_node,
+        replicas=dep.replicas,
+        num_requests=dep.num_requests,
+        input_lens=input_lens,
+        output_len=dep.output_len,
+        concurrency=dep.concurrency,
+        chunk_size=dep.chunk_size,
+        seed=dep.seed,
+        reaction_s=reaction_s,
+    )
+
+
+def twin_records(run: TwinRun, *, chunks: bool = True) -> list[RequestRecord]:
+    """The records a perfect client (no network, no turnaround) would have written: send at
+    arrival, one chunk per token at its cluster time (time scale 1). ``chunks=False`` leaves
+    the per-token chunks out (ITL then unmeasured; every other figure is the same, faster)."""
+    records = []
+    for i, req in enumerate(sorted(run.requests, key=lambda r: (r.arrival, r.rid))):
+        records.append(
+            RequestRecord(
+                index=i,
+                prompt_id=req.rid,
+                nominal_input_tokens=req.prompt_tokens,
+                max_output_tokens=req.max_new_tokens,
+                send_time=req.arrival,
+                start_time=req.arrival,
+                first_token_time=req.first_token_at,
+                end_time=req.finished_at,
+                chunks=[Chunk(t, 1) for t in req.token_times] if chunks else [],
+                prompt_tokens=req.prompt_tokens,
+                completion_tokens=req.generated,
+                success=req.finished_at is not None,
+                first_answer_time=req.first_token_at,
+            )
+        )
+    return records
+
+
+def summarize_twin(
+    run: TwinRun, percentiles: Sequence[float] = (50, 90, 95, 99), *, itl: bool = True
+) -> Summary:
+    """The run's :class:`~pytest_kimi.summary.Summary`, by the product's own definitions
+    (``Summary.to_dict()`` gives bench_serving's keys: ``mean_ttft_ms``, ``p95_tpot_ms``...).
+    ``itl=False``: inter-token latencies left unmeasured (a fit's inner loop does not need them)."""
+    records = twin_records(run, chunks=itl)
+    return summarize(records, time_scale=1.0, percentiles=percentiles)
