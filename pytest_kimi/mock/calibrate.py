@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +248,20 @@ def error_table(cal: Calibration, target: Mapping[str, Mapping[str, float]]) -> 
     return "\n".join(lines)
 
 
+def start_profile(profile: Profile, overrides: Sequence[str]) -> Profile:
+    """``profile`` with ``FIELD=VALUE`` overrides, checked as the cluster file's are."""
+    values = {f.name: getattr(profile, f.name) for f in fields(profile)}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--start {item}: expected FIELD=VALUE")
+        try:
+            values[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--start {item}: {value!r} is not a number") from None
+    return Profile.from_mapping(values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from pytest_kimi.config import ConfigError, load_cluster
     from pytest_kimi.workload.dataset import DatasetError
@@ -262,15 +276,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cluster", type=Path, default=Path("clusters/local.yaml"))
     parser.add_argument("--json", action="store_true", help="print JSON; the table to stderr")
     parser.add_argument("--max-evals", type=int, default=120, help="simulations per fit (cap)")
+    parser.add_argument(
+        "--knobs",
+        default=",".join(KNOBS),
+        help=f"constants to fit, comma-separated (default all: {', '.join(KNOBS)}); "
+        "leave out one you measured and pass its value with --start",
+    )
+    parser.add_argument(
+        "--start",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="start the fit from this profile value instead of the cluster file's (repeatable)",
+    )
     args = parser.parse_args(argv)
     fit_layouts = [s.strip() for s in args.fit_layout.split(",") if s.strip()]
+    knobs = [s.strip() for s in args.knobs.split(",") if s.strip()]
     try:
+        unknown = [k for k in knobs if k not in KNOBS]
+        if unknown:
+            raise ValueError(f"--knobs {', '.join(unknown)}: unknown (known: {', '.join(KNOBS)})")
         target = load_target(args.target)
         cluster = load_cluster(args.cluster)
         deployments = {name: deployment(cluster, name) for name in cluster.layouts}
+        start = start_profile(profile_of(cluster), args.start)
         cal = calibrate(
-            target, fit_layouts, deployments, mission_input_lens(cluster), profile_of(cluster),
-            max_evals=args.max_evals,
+            target, fit_layouts, deployments, mission_input_lens(cluster), start,
+            knobs=knobs, max_evals=args.max_evals,
         )  # fmt: skip
     except (TargetError, ConfigError, DatasetError, ValueError) as exc:
         print(f"calibrate: {exc}", file=sys.stderr)
