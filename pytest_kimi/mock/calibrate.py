@@ -171,8 +171,8 @@ def nelder_mead(
 class Calibration:
     """A fit and what it predicts."""
 
-    profile: Profile
-    fitted: dict[str, float]  # profile field -> fitted value
+    profile: Profile  # the one every layout was simulated with
+    fitted: dict[str, float]  # profile field -> fitted value; empty when nothing was fitted
     fit_layouts: tuple[str, ...]
     layouts: dict[str, dict[str, float]]  # every target layout's predicted cells
 
@@ -184,9 +184,11 @@ class Calibration:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """``--json``'s document: the fit, the fittable constants simulated, every layout."""
         return {
             "fitted": self.fitted,
             "fit_layouts": list(self.fit_layouts),
+            "profile": {name: getattr(self.profile, name) for f in KNOBS.values() for name in f},
             "layouts": self.layouts,
         }
 
@@ -207,7 +209,8 @@ def calibrate(
             raise TargetError(f"--fit-layout {name}: not in the target (has: {', '.join(target)})")
     for name in target:
         if name not in deployments:
-            raise TargetError(f"{name}: no such layout in the cluster file")
+            known = ", ".join(deployments)
+            raise TargetError(f"{name}: no such layout in the cluster file (has: {known})")
 
     def loss(x: np.ndarray) -> float:
         profile = apply(start, dict(zip(knobs, np.exp(x), strict=True)))
@@ -218,11 +221,13 @@ def calibrate(
         return float(np.mean(errs)) + PRIOR_WEIGHT * float(np.sum(x**2))
 
     best = np.zeros(len(knobs))
-    if fit_layouts and knobs and max_evals > 0:
+    fitting = bool(fit_layouts and knobs and max_evals > 0)
+    if fitting:
         best = nelder_mead(loss, best, max_evals=max_evals)
     profile = apply(start, dict(zip(knobs, np.exp(best), strict=True)))
     fitted = {name: round(float(getattr(profile, name)), 4) for k in knobs for name in KNOBS[k]}
     profile = replace(profile, **fitted)  # what is reported is what is simulated
+    fitted = fitted if fitting else {}
     layouts = {name: predict(profile, deployments[name], input_lens) for name in target}
     return Calibration(profile, fitted, tuple(fit_layouts), layouts)
 
@@ -312,8 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(cal.to_dict(), indent=2))
         print(table, file=sys.stderr)
     else:
-        fitted_on = ", ".join(cal.fit_layouts) or "nothing (the cluster file's profile)"
-        print(f"fitted on {fitted_on}: {json.dumps(cal.fitted)}")
+        if cal.fitted:
+            print(f"fitted on {', '.join(cal.fit_layouts)}: {json.dumps(cal.fitted)}")
+        else:
+            print(f"nothing fitted; profile: {json.dumps(cal.to_dict()['profile'])}")
         print(table)
     return 0
 

@@ -11,7 +11,7 @@ import pytest
 from pytest_kimi.config import load_cluster
 from pytest_kimi.mock import calibrate as cal
 from pytest_kimi.mock import mission
-from pytest_kimi.mock.perfmodel import Profile
+from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.tokenizer_files import count_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,21 +47,24 @@ def test_the_shipped_profile_lands_within_20pct_of_the_seed_with_every_direction
     assert _directions(result.layouts) == _directions(target)
 
 
-def test_a_fit_on_tp32_alone_finds_the_decode_constants_both_layouts_share(local):
-    """From a neutral start, tp32 alone fits its own cells and lands the per-stage overhead and
-    link latencies near the two-layout fit: the overhead that sets PP8's decode (paid 8 times)
-    is the same number TP32 pays once, not a private knob. tp32's prefill is bound by the
-    network, so it cannot tell ``mfu`` (docs/mock.md, "Calibration", what one layout fixes)."""
+def test_a_fit_on_tp32_alone_fits_tp32_and_fixes_its_decode_step_not_its_split(local):
+    """From a neutral start, tp32 alone fits its own twelve cells, and its decode step (step
+    overhead + 122 all-reduces' ring latencies) lands on the two-layout fit's: that sum is what
+    tp32 shows. How the sum splits between the overhead (paid 8 times by PP8) and the link
+    latencies, and ``mfu`` (tp32's prefill is network bound), tp32 cannot show: its pp8
+    prediction is not held to 20% (docs/mock.md, "What one layout can fix")."""
     _, deps, lens = local
     target = cal.load_target(SEED)
     result = cal.calibrate(target, ["tp32"], deps, lens, Profile(**NEUTRAL), max_evals=40)
     errors = result.errors(target)
     assert all(abs(e) < 0.20 for e in errors["tp32"].values()), errors["tp32"]
-    shipped = Profile()
-    for name in ("step_overhead_ms", "intra_node_latency_us", "inter_node_latency_us"):
-        assert result.fitted[name] == pytest.approx(getattr(shipped, name), rel=0.25), name
-    for cell in ("mean_tpot_ms", "median_tpot_ms", "p95_tpot_ms", "duration"):
-        assert abs(errors["pp8"][cell]) < 0.20, (cell, errors["pp8"][cell])
+
+    def decode_step(profile: Profile) -> float:
+        cost = CostModel(profile, tp=32, pp=1, ep=4, gpus_per_node=8)
+        return cost.stage_time([], [16384] * 4)
+
+    assert decode_step(result.profile) == pytest.approx(decode_step(Profile()), rel=0.10)
+    assert decode_step(Profile(**NEUTRAL)) > 1.5 * decode_step(Profile())  # the start was far
 
 
 def test_the_twin_summary_uses_the_product_definitions(local):
@@ -127,7 +130,8 @@ def test_cli_predicts_every_layout_as_json_and_refuses_an_unknown_layout(tmp_pat
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert set(data["layouts"]) == {"pp8"} and set(data["layouts"]["pp8"]) == set(cal.CELLS)
-    assert data["fit_layouts"] == [] and data["fitted"]["step_overhead_ms"] == 12.0
+    assert data["fit_layouts"] == [] and data["fitted"] == {}
+    assert data["profile"]["step_overhead_ms"] == 12.0
     assert "pp8 twin (predicted)" in err
     code = cal.main(["--target", str(target), "--cluster", str(LOCAL), "--fit-layout", "tp32"])
     assert code == 2

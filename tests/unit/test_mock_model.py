@@ -31,6 +31,27 @@ def test_tp_allreduce_costs_more_once_the_group_crosses_nodes():
     assert _cost(1, 32).allreduce_time(1000) == 0.0
 
 
+def test_allreduce_latency_counts_nccl_ring_steps_per_link():
+    """NCCL's ring model: 2 (n - nodes) steps over PCIe, 2 (nodes - 1) over the network; the
+    same two step latencies serve every layout."""
+    p = Profile()
+    one_token = 2 * 7168 * 2  # bytes of one token's activations, twice: a ring's traffic
+    tp32_latency = (2 * (32 - 4) * p.intra_node_latency_us + 2 * 3 * p.inter_node_latency_us) / 1e6
+    tp4_latency = 2 * 3 * p.intra_node_latency_us / 1e6
+    assert _cost(32, 1).allreduce_time(1) == pytest.approx(tp32_latency, abs=one_token / 1e9)
+    assert _cost(4, 8).allreduce_time(1) == pytest.approx(tp4_latency, abs=one_token / 1e9)
+
+
+def test_step_overhead_is_paid_once_per_stage_by_every_layout():
+    """Not PP8's private knob: one more millisecond per stage adds 1 ms to TP32's step and
+    8 ms to a decode batch's trip through PP8's eight stages."""
+    slow = Profile(step_overhead_ms=Profile().step_overhead_ms + 1.0)
+    contexts = [16384] * 4
+    tp32 = _cost(32, 1, slow).stage_time([], contexts) - _cost(32, 1).stage_time([], contexts)
+    pp8 = 8 * (_cost(4, 8, slow).stage_time([], contexts) - _cost(4, 8).stage_time([], contexts))
+    assert tp32 == pytest.approx(1e-3) and pp8 == pytest.approx(8e-3)
+
+
 def test_decode_step_through_all_pp_stages_is_slower_than_tp32():
     tp32, pp8 = _cost(32, 1), _cost(4, 8)
     contexts = [16384] * 4
