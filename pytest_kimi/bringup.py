@@ -84,6 +84,7 @@ def deployment(
     )
     with (
         sigterm_as_interrupt(),
+        _mock_clock(plan),
         contextlib.ExitStack() as locked,  # released after teardown stopped everything
         _teardown(dep, inputs, layout, folder, result, say),
     ):
@@ -127,6 +128,28 @@ def deployment(
             tailing(tails, result),
         ):
             yield plan  # measured while every node's GPUs are sampled and its processes watched
+
+
+@contextlib.contextmanager
+def _mock_clock(plan: DeploymentPlan) -> Iterator[None]:
+    """A local mock run's shared cluster clock (pytest_kimi/mock/clock.py): made before any
+    server starts (they open it), removed once everything is stopped."""
+    from pathlib import Path
+
+    from pytest_kimi.mock.clock import SharedClock
+
+    if plan.mock_clock is None:
+        yield
+        return
+    path = Path(plan.mock_clock)
+    SharedClock.create(path, plan.cluster.time_scale).close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # <work_dir>/mock-clock/<run>/<layout>, <run>
+            path.parent.rmdir()
+            path.parent.parent.rmdir()
 
 
 def node_client(
@@ -282,7 +305,18 @@ def _sampler(
     scope = f"{folder.name}/{layout.name}"
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
-                   interval_s=config.interval_s, time_scale=inputs.time_scale)  # fmt: skip
+                   interval_s=config.interval_s, time_scale=inputs.time_scale,
+                   stamp=_stamp_clock(plan))  # fmt: skip
+
+
+def _stamp_clock(plan: DeploymentPlan) -> Callable[[], float] | None:
+    """The shared clock's reading for telemetry samples (its own handle: the sampler runs in a
+    thread, and a lock is per open file), or None: wall time."""
+    if plan.mock_clock is None:
+        return None
+    from pytest_kimi.mock.clock import SharedClock
+
+    return SharedClock(plan.mock_clock).now
 
 
 def _node_locks(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -26,11 +25,13 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.mock.clock import SharedClock, Stats
     from pytest_kimi.progress.events import Progress
     from pytest_kimi.report.replicacounters import Snapshot
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
     from pytest_kimi.workload.abort import Abort
+    from pytest_kimi.workload.clocks import RunClock
 
 Say = Callable[[str], None]
 
@@ -47,6 +48,7 @@ def measure(
     progress: Progress | None = None,
     abort: Abort | None = None,
     client: NodeClient | None = None,
+    clock: SharedClock | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
 
@@ -55,11 +57,16 @@ def measure(
     measured requests start and finish (the caller reports the layout done). ``abort`` (the
     watchdog's, :mod:`pytest_kimi.watchdog`) stops the run part-way: its requests are
     cancelled and kept as an interrupted run, and :class:`RunAborted` is raised. ``client``
-    (``network.client: on_node``) sends and times the requests on a node instead of here."""
+    (``network.client: on_node``) sends and times the requests on a node instead of here.
+    ``clock``: the mock's shared cluster clock on a local run (:mod:`pytest_kimi.mock.clock`),
+    else wall time."""
     from pytest_kimi.metrics import summarize
     from pytest_kimi.progress.events import NoProgress
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+    from pytest_kimi.workload.clocks import WALL
     from pytest_kimi.workload.records import RecordJournal
+
+    run_clock = clock or WALL
 
     assert inputs.workload is not None, "a dry run measures nothing"
     wl = inputs.cluster.workload
@@ -77,7 +84,7 @@ def measure(
     started: list[RequestRecord] = []
     completed: set[int] = set()  # id() of records whose request ran to its end
     journal = RecordJournal(folder.journal_path(layout.name))
-    events = _RequestEvents(layout.name, progress or NoProgress(), started)
+    events = _RequestEvents(layout.name, progress or NoProgress(), started, run_clock)
 
     def finished(record: RequestRecord) -> None:
         completed.add(id(record))
@@ -94,8 +101,8 @@ def measure(
                 if requests:  # the measured run: say where it was timed (once)
                     result.notes.append(client.note())
         return asyncio.run(
-            run_requests(endpoint, requests, options, warmup=warm,
-                         on_start=events.started, on_done=finished, abort=abort)
+            run_requests(endpoint, requests, options, warmup=warm, on_start=events.started,
+                         on_done=finished, abort=abort, clock=run_clock)
         )  # fmt: skip
 
     router_before = _router_counters(router_metrics_url)
@@ -107,6 +114,7 @@ def measure(
         _stop_on_failed_warmup(records)
         counted_from = _snapshot(urls, router_metrics_url)
         events.measuring(len(measured), inputs.time_scale)
+        shared_before = clock.stats() if clock is not None else None
         records += send(measured, [])
         if urls:
             from pytest_kimi.report.replicacounters import deltas
@@ -116,7 +124,9 @@ def measure(
         folder.write_records(layout.name, records)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
-        if wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one
+        if clock is not None and shared_before is not None:
+            result.notes.extend(clock_notes(shared_before, clock.stats(), inputs.time_scale))
+        elif wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one
             result.notes.extend(turnaround_notes(records, wl.concurrency, inputs.time_scale))
         result.summary = summarize(
             records,
@@ -130,7 +140,8 @@ def measure(
         journal.discard()
         raise
     except BaseException as exc:
-        _keep_interrupted_run(folder, layout.name, result, started, completed, exc, len(measured))
+        _keep_interrupted_run(folder, layout.name, result, started, completed, exc,
+                              len(measured), run_clock)  # fmt: skip
         journal.discard()  # records.jsonl now holds everything it had
         raise
     journal.discard()
@@ -140,26 +151,28 @@ def measure(
 class _RequestEvents:
     """The client's on_start/on_done as progress events (warm-up requests are not shown)."""
 
-    def __init__(self, layout: str, progress: Progress, started: list[RequestRecord]) -> None:
-        self.layout, self.progress, self.records = layout, progress, started
+    def __init__(
+        self, layout: str, progress: Progress, started: list[RequestRecord], clock: RunClock
+    ) -> None:
+        self.layout, self.progress, self.records, self.clock = layout, progress, started, clock
 
     def measuring(self, total: int, time_scale: float) -> None:
         from pytest_kimi.progress.events import MeasureStarted
 
-        self.progress.emit(MeasureStarted(self.layout, total, time_scale))
+        self.progress.emit(MeasureStarted(self.layout, total, time_scale, at=self.clock.now()))
 
     def started(self, record: RequestRecord) -> None:
         from pytest_kimi.progress.events import RequestStarted
 
         self.records.append(record)
         if not record.warmup:
-            self.progress.emit(RequestStarted(self.layout))
+            self.progress.emit(RequestStarted(self.layout, at=self.clock.now()))
 
     def finished(self, record: RequestRecord) -> None:
         from pytest_kimi.progress.events import RequestFinished
 
         if not record.warmup:
-            at = record.end_time if record.end_time is not None else time.perf_counter()
+            at = record.end_time if record.end_time is not None else self.clock.now()
             self.progress.emit(
                 RequestFinished(self.layout, record.output_tokens, record.success, at)
             )
@@ -173,6 +186,7 @@ def _keep_interrupted_run(
     completed: set[int],
     exc: BaseException,
     wanted: int,
+    clock: RunClock,
 ) -> None:
     """A run stopped part-way: keep every record, the unfinished ones marked, and say in the
     result how far it got."""
@@ -180,7 +194,7 @@ def _keep_interrupted_run(
 
     why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     unfinished = [r for r in started if id(r) not in completed]
-    close_unfinished(unfinished, f"interrupted before completion ({why})")
+    close_unfinished(unfinished, f"interrupted before completion ({why})", clock)
     folder.write_records(layout, started)
     result.records, result.summary, result.verdicts = started, None, []
     measured = [r for r in started if not r.warmup]
@@ -311,6 +325,32 @@ def client_turnaround(records: list[RequestRecord], concurrency: int) -> list[fl
     ends = sorted(r.end_time for r in measured if r.end_time is not None)
     follow = sends[concurrency:]
     return [max(0.0, s - e) for s, e in zip(follow, ends, strict=False)]
+
+
+def clock_notes(before: Stats, after: Stats, time_scale: float) -> list[str]:
+    """What the shared cluster clock kept out of cluster time during the measured run, from
+    its own counters: the wall time it stood still for messages on their way (client,
+    router, HTTP) and at an engine's next event (a mock process waking late). Holds nobody
+    let go are counted: each cost wall time, not accuracy, but a run that has them lost a
+    request on its way or a process died."""
+    held = after.held_wall_s - before.held_wall_s
+    caught_up = after.bound_wall_s - before.bound_wall_s
+    notes = [
+        f"one clock: the mock and the client shared one cluster clock (time scale "
+        f"1:{time_scale:g}); during the measured run it stood still for {held:.2f} s of wall "
+        f"time while requests and first/last tokens were on their way (client, router, HTTP) "
+        f"and {caught_up:.2f} s while a mock process caught up: none of it is in the figures "
+        f"(longest single hold {after.longest_hold_s * 1e3:.1f} ms)"
+    ]
+    if after.stalls > before.stalls:
+        from pytest_kimi.mock.clock import HOLD_STALL_S
+
+        notes.append(
+            f"one clock: {after.stalls - before.stalls} hold(s) nobody let go were dropped "
+            f"after {HOLD_STALL_S:g} s of wall time each (a request lost on its way, or a "
+            "process that died): the figures around them may be off"
+        )
+    return notes
 
 
 def turnaround_notes(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.deploy.reach import Reach
+    from pytest_kimi.mock.clock import SharedClock
 
 __all__ = ["DEFAULT_CLUSTER", "Options", "Run", "UsageProblem"]
 
@@ -131,14 +132,17 @@ class Run:
             return result
         plan, reach = self._plans.get(layout.name), self._reach(layout)
         replicas = {name: reach.url(url) for name, url in replica_endpoints(plan).items()}
+        client = self._clients.get(layout.name)
+        clock = _shared_clock(plan) if client is None else None
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
                     reach.url_or_none(plan.router_metrics_url) if plan is not None else None,
                     replicas, progress=self.progress,
-                    abort=self._aborts.get(layout.name),
-                    client=self._clients.get(layout.name))  # fmt: skip
+                    abort=self._aborts.get(layout.name), client=client, clock=clock)  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
+            if clock is not None:
+                clock.close()
             self.progress.emit(LayoutDone(layout.name, error=result.error))
             self.folder.write_summary(result, self.inputs.backend, self.time_scale)
         return result
@@ -202,3 +206,13 @@ class Run:
         self.folder.write_manifest(
             layout.name, manifest(self.inputs, layout, self.folder.name, plan, nodes)
         )
+
+
+def _shared_clock(plan: DeploymentPlan | None) -> SharedClock | None:
+    """The local mock run's shared cluster clock (its servers bound and hold it), if any. A
+    client on a node (``network.client: on_node``) times on its own wall clock instead."""
+    if plan is None or plan.mock_clock is None:
+        return None
+    from pytest_kimi.mock.clock import SharedClock
+
+    return SharedClock(plan.mock_clock)

@@ -55,9 +55,13 @@ class Sampler:
         time_scale: float = 1.0,
         query_timeout_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        stamp: Callable[[], float] | None = None,
     ) -> None:
+        """``clock`` paces the rounds (wall time); ``stamp`` dates the samples, on the clock the
+        client's records are stamped with (the mock's shared clock on a local run)."""
         self.executor, self.nodes, self.commands, self.path = executor, nodes, commands, path
         self.interval_s, self.time_scale, self.clock = interval_s, time_scale, clock
+        self.stamp = stamp or clock
         self.query_timeout_s = query_timeout_s or min(30.0, max(5.0, 2 * interval_s))
         self.origin = 0.0
         self.rounds = 0
@@ -69,7 +73,7 @@ class Sampler:
 
     # -- control -------------------------------------------------------------------------
     def start(self) -> None:
-        self.origin = self.clock()
+        self.origin = self.stamp()
         names = [node.name for node in self.nodes]
         self.path.write_text(
             start_line(self.origin, self.time_scale, self.interval_s, names) + "\n",
@@ -124,7 +128,7 @@ class Sampler:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _round(self, pool: cf.ThreadPoolExecutor, fh: TextIO) -> None:
-        t = (self.clock() - self.origin) * self.time_scale
+        t = (self.stamp() - self.origin) * self.time_scale
         futures = {pool.submit(self._query, node): node for node in self.nodes}
         done, _ = cf.wait(futures, timeout=self.query_timeout_s + 5.0)
         self.rounds += 1

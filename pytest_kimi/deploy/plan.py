@@ -81,6 +81,7 @@ class DeploymentPlan:
     layout: Layout
     servers: tuple[ProcessSpec, ...]
     router: ProcessSpec
+    mock_clock: str | None = None  # the shared cluster clock file of a local mock run
 
     @property
     def processes(self) -> tuple[ProcessSpec, ...]:
@@ -154,6 +155,17 @@ def _mock_gpu_flags(cluster: ClusterConfig, node: Node, scope: str | None) -> li
     return ["--mock-node", node.name, "--mock-gpu-state", state] if state else []
 
 
+def mock_clock_path(cluster: ClusterConfig, scope: str | None) -> str | None:
+    """The shared cluster clock of a local mock run (pytest_kimi/mock/clock.py), one per
+    ``<run>/<layout>`` scope; None where the processes do not share this machine (SSH), on
+    real SGLang, and without a scope (a dry run). The harness creates it before bring-up."""
+    if cluster.executor != "local" or cluster.mock is None or scope is None:
+        return None
+    if cluster.server.module != MOCK_MODULE:
+        return None
+    return f"{cluster.work_dir.rstrip('/')}/mock-clock/{scope}/clock"
+
+
 def resolve_model_path(value: str) -> str:
     """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
     if value == BUILTIN_TOKENIZER:
@@ -192,6 +204,7 @@ def plan_deployment(
 
     srv = cluster.server
     socket_env = cluster.network.socket_env()
+    clock = mock_clock_path(cluster, gpu_scope)
     model_path = resolve_model_path(srv.model_path)
     servers: list[ProcessSpec] = []
     for replica in range(cluster.replicas):
@@ -221,6 +234,8 @@ def plan_deployment(
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
                 argv += _mock_gpu_flags(cluster, node, gpu_scope)
+                if clock is not None and rank == 0:  # rank 0 runs the replica's model
+                    argv += ["--mock-clock", clock]
                 if cluster.mock.profile:  # inline: the node needs no file of ours
                     profile = json.dumps(dict(cluster.mock.profile), separators=(",", ":"))
                     argv += ["--mock-profile", profile]
@@ -267,4 +282,4 @@ def plan_deployment(
         container=rtr.container,
         addr=addr(router_node),
     )
-    return DeploymentPlan(cluster, layout, tuple(servers), router)
+    return DeploymentPlan(cluster, layout, tuple(servers), router, mock_clock=clock)

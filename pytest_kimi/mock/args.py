@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--mock-time-scale", type=float, default=1.0, help="cluster seconds per wall second")
     add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
     add("--mock-seed", type=int, default=0)
+    add(
+        "--mock-clock",
+        default=None,
+        help="a shared cluster clock file (pytest_kimi/mock/clock.py): a local run's processes "
+        "and client keep one time, and wall overhead stays out of cluster time",
+    )
     add("--mock-gpus-per-node", type=int, default=None)
     add("--mock-node", default=None, help="this node's name (the stand-in nvidia-smi's GPUs)")
     add(

@@ -3,6 +3,16 @@
 Wall time = cluster time / ``time_scale`` (``time_scale`` 40 plays 40 cluster seconds in one
 wall second). Each event is scheduled against an absolute wall deadline, so a late wake-up
 delays one event but never accumulates drift.
+
+With a :class:`~pytest_kimi.mock.clock.SharedClock` (a local run), cluster time is the shared
+clock's. The engine bounds it at its next *telling* event, one that emits a request's first
+or last token (:meth:`ReplicaSim.next_telling_time`): there the clock waits for the engine,
+so a late wake-up costs wall time, never cluster time, where TTFT, E2E, TPOT and the next
+arrival are decided. It holds the clock for each first and last token until the client has
+read it, and lets go of the client's hold when a request arrives. What the client, the router
+and HTTP spend in wall time stays out of cluster time (docs/mock.md, "One clock"). Tokens in
+between are still written when the engine gets to them: a late wake-up there moves one
+token's stamp (inter-token latency), never a per-request figure.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pytest_kimi.mock.clock import INF, SharedClock
 from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
 
 
@@ -37,16 +48,23 @@ class FinishedCounters:
 
 
 PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
+HELD_POLL_S = 0.0005  # while the shared clock is held, how often to look again (wall)
 
 
 class Engine:
     """Owns the simulation; HTTP handlers submit requests and read their token queues."""
 
     def __init__(
-        self, sim: ReplicaSim, time_scale: float, clock: Callable[[], float] = time.monotonic
+        self,
+        sim: ReplicaSim,
+        time_scale: float,
+        clock: Callable[[], float] = time.monotonic,
+        shared: SharedClock | None = None,
     ) -> None:
-        self.sim, self.time_scale, self.clock = sim, time_scale, clock
+        self.sim, self.time_scale, self.clock, self.shared = sim, time_scale, clock, shared
         self.origin = clock()
+        if shared is not None:
+            shared.join()
         self.streams: dict[str, Stream] = {}
         self.arrivals: list[tuple[str, int, int, float]] = []
         self.wake = asyncio.Event()
@@ -56,12 +74,21 @@ class Engine:
         self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
     def cluster_now(self) -> float:
+        if self.shared is not None:
+            return self.shared.cluster_now()
         return (self.clock() - self.origin) * self.time_scale
 
     def submit(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> Stream:
-        """Queue a request at the current cluster time; tokens arrive on the stream's queue."""
+        """Queue a request at the current cluster time; tokens arrive on the stream's queue.
+
+        On a shared clock the request arrives where the clock stands: the engine bounds the
+        clock there (it may not pass an arrival the model has not taken in yet) and lets go
+        of the hold the client took before sending it."""
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        at = max(self.cluster_now(), self.sim.now)
+        if self.shared is not None:
+            at = max(self.shared.arrive(), self.sim.now)
+        else:
+            at = max(self.cluster_now(), self.sim.now)
         req = SimRequest(rid, prompt_tokens, max_new_tokens, at)  # placeholder until admitted
         stream = Stream(req, queue)
         self.streams[rid] = stream
@@ -93,22 +120,18 @@ class Engine:
         time scale of 40 would be 40 ms of model time. So the loop waits on asyncio until about
         a millisecond before the deadline and sleeps the rest precisely, blocking the loop for
         under ``PRECISE_S``; arrivals that come meanwhile are stamped when it resumes."""
+        if self.shared is not None:
+            await self._run_shared(self.shared)
+            return
         while True:
-            event = self.sim.next_event_time()
-            nxt = event
-            if self.arrivals:
-                first = self.arrivals[0][3]
-                nxt = first if nxt is None else min(nxt, first)
+            nxt, event = self._next()
             if nxt is None or self.stalled:
-                self.wake.clear()
-                await self.wake.wait()
+                await self._idle()
                 continue
             deadline = self.origin + nxt / self.time_scale
             delay = deadline - self.clock()
             if delay > PRECISE_S:
-                self.wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), delay - PRECISE_S)
+                await self._wait(delay - PRECISE_S)
                 continue
             if delay > 0:
                 time.sleep(delay)
@@ -116,6 +139,63 @@ class Engine:
                 self.lateness.append(max(0.0, self.clock() - deadline))
             self._process(nxt)
             await asyncio.sleep(0)  # let the streams write and new requests arrive
+
+    async def _run_shared(self, shared: SharedClock) -> None:
+        """The loop on a shared clock: bound it at the next telling event (or arrival), and
+        process whatever the clock has reached, never past the bound.
+
+        While the clock is held (a token on its way to the client, a request on its way to
+        an engine) it stands still: the loop waits on asyncio, so this process keeps writing
+        the streams whose reading lets the clock go."""
+        try:
+            while True:
+                nxt, _ = self._next()
+                if nxt is None or self.stalled:
+                    shared.bound(INF)
+                    await self._idle()
+                    continue
+                horizon = self._horizon()
+                shared.bound(horizon)
+                now = shared.cluster_now()
+                if now < nxt:
+                    delay = (nxt - now) / self.time_scale
+                    if delay > PRECISE_S or shared.held():
+                        await self._wait(max(delay - PRECISE_S, HELD_POLL_S))
+                    else:
+                        time.sleep(delay)
+                        await asyncio.sleep(0)
+                    continue
+                self._process(min(now, horizon))
+                await asyncio.sleep(0)  # let the streams write and new requests arrive
+        finally:
+            shared.leave()
+
+    def _horizon(self) -> float:
+        """How far the shared clock may run before this engine must have caught up: its next
+        arrival or telling event."""
+        telling = self.sim.next_telling_time()
+        if self.arrivals:
+            return min(self.arrivals[0][3], telling)
+        return telling
+
+    def _next(self) -> tuple[float | None, float | None]:
+        """The next thing to happen (cluster time), and the model's own next event."""
+        event = self.sim.next_event_time()
+        nxt = event
+        if self.arrivals:
+            first = self.arrivals[0][3]
+            nxt = first if nxt is None else min(nxt, first)
+        return nxt, event
+
+    async def _idle(self) -> None:
+        self.wake.clear()
+        await self.wake.wait()
+
+    async def _wait(self, timeout: float) -> None:
+        """Until ``timeout`` wall seconds pass or something arrives."""
+        self.wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout)
 
     def _process(self, until: float) -> None:
         while self.arrivals and self.arrivals[0][3] <= until:
@@ -134,6 +214,9 @@ class Engine:
         self.counters.generation_tokens += event.generated
 
     def _dispatch(self, events: list[TokenEvent]) -> None:
+        if self.shared is not None:  # before any stream sees them: the reader lets go
+            owed = sum((e.generated == 1) + e.finished for e in events if e.rid in self.streams)
+            self.shared.hold_if_attached(owed)
         for event in events:
             self.emitted_tokens += event.count
             if event.finished:

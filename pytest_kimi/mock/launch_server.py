@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from pytest_kimi.mock.args import MockArgs, parse_args
+from pytest_kimi.mock.clock import SharedClock
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
 from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
@@ -49,7 +50,8 @@ def build_engine(args: MockArgs) -> Engine:
         seed=args.mock_seed,
         jitter=profile.jitter,
     )
-    return Engine(sim, args.mock_time_scale)
+    shared = SharedClock(args.mock_clock) if args.mock_clock else None
+    return Engine(sim, args.mock_time_scale, shared=shared)
 
 
 async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
@@ -75,7 +77,11 @@ async def _main(args: MockArgs) -> int:
     if rank > 0:
         return await _worker_rank(args, stop, prefix)
 
-    engine = build_engine(args)
+    try:
+        engine = build_engine(args)
+    except (OSError, ValueError) as exc:
+        log.error("[%s] --mock-clock %s: %s", prefix, args.mock_clock, exc)
+        return 2
     faults = Faults(seed=args.mock_seed)
     env_faults = [f for f in os.environ.get("KIMI_MOCK_FAULT", "").split(",") if f.strip()]
     try:  # flags, or KIMI_MOCK_FAULT=name=value,... (a per-node env in the cluster YAML)

@@ -17,6 +17,7 @@ Scheduling rules (SGLang's defaults, radix cache off):
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -99,6 +100,7 @@ class ReplicaSim:
         self.stage_free = [0.0] * cost.pp
         self.in_flight: list[_Batch] = []
         self.steps = 0
+        self._fastest: float | None = None
         self.busy_s = 0.0  # cluster seconds a stage spent on batches (GPU utilisation)
 
     # -- inputs --------------------------------------------------------------------------
@@ -128,6 +130,34 @@ class ReplicaSim:
         if self._has_work():
             times.append(max(self.now, self.stage_free[0]))
         return min(times) if times else None
+
+    def next_telling_time(self) -> float:
+        """The earliest cluster time a request's first or last token can come out (inf: none
+        can): an in-flight batch that completes a prompt or a request, or any batch not
+        launched yet, which launches at the next event at the soonest and takes at least the
+        fastest any batch can go through the pipeline.
+
+        Tokens in between may be emitted late without changing any per-request figure; these
+        may not (a live engine on a shared clock waits for the clock here)."""
+        times = [b.done_at for b in self.in_flight if self._telling(b)]
+        nxt = self.next_event_time()
+        if nxt is not None:
+            times.append(nxt + self._fastest_batch())
+        return min(times, default=math.inf)
+
+    def _telling(self, batch: _Batch) -> bool:
+        if any(r.prefilled + n >= r.prompt_tokens for r, n in batch.prefills):
+            return True
+        return any(r.generated + 1 >= r.max_new_tokens for r in batch.decodes)
+
+    def _fastest_batch(self) -> float:
+        """A lower bound of any batch's time from launch to completion: one token through
+        every stage and hop, at the lowest noise factor (:meth:`_noise`)."""
+        if self._fastest is None:
+            stage = self.cost.stage_time([], [0]) * (0.5 if self.jitter > 0 else 1.0)
+            hops = sum(self.cost.hop_time(1, s) for s in range(self.cost.pp - 1))
+            self._fastest = self.cost.pp * stage + hops
+        return self._fastest
 
     def advance(self, until: float) -> list[TokenEvent]:
         """Process every event up to cluster time ``until``; return emitted tokens."""

@@ -23,6 +23,7 @@ router side), while a new connection costs ~1-2 ms. ``pooled=True`` is there to 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -36,6 +37,7 @@ import httpx
 import orjson
 
 from pytest_kimi.workload.abort import Abort
+from pytest_kimi.workload.clocks import WALL, RunClock
 from pytest_kimi.workload.records import Chunk, RequestRecord
 from pytest_kimi.workload.transport import MeasuringTransport
 
@@ -183,6 +185,47 @@ class _ServerError(Exception):
     """An error object inside the stream."""
 
 
+class Holds:
+    """The client's part in a shared clock for one request (no-ops on wall time).
+
+    Before a request is sent the clock is held for it (by :class:`_Slots` or the warm-up);
+    an engine lets go when the request arrives. The engine holds the clock for the first and
+    the last token; the client lets go once it has read each. ``handoff`` runs first when the
+    stream's end is read: the next request's hold is taken before the last token's is let go,
+    so no cluster time passes between a freed slot and the request it sends."""
+
+    def __init__(self, clock: RunClock, handoff: Callable[[], None] = lambda: None) -> None:
+        self.clock, self.handoff = clock, handoff
+
+    def first_token(self) -> None:
+        self.clock.release()
+
+    def done(self) -> None:
+        self.handoff()
+        self.clock.release()
+
+    def not_taken(self) -> None:
+        """The request never reached an engine (an HTTP error, no connection)."""
+        self.clock.release()
+
+
+class _Turn:
+    """A request's turn under an optional lock, given back exactly once."""
+
+    def __init__(self, lock: asyncio.Lock | None) -> None:
+        self.lock, self.held = lock, False
+
+    async def take(self) -> None:
+        if self.lock is not None:
+            await self.lock.acquire()
+            self.held = True
+
+    def give(self) -> None:
+        if self.held and self.lock is not None:
+            self.held = False
+            self.lock.release()
+
+
 async def send_one(
     http: httpx.AsyncClient,
     url: str,
@@ -191,24 +234,36 @@ async def send_one(
     api: str,
     timeout_s: float,
     clock: Callable[[], float] = time.perf_counter,
+    holds: Holds | None = None,
+    in_order: asyncio.Lock | None = None,
 ) -> RequestRecord:
-    """Send one streaming request and fill ``record``; failures are recorded, not raised."""
+    """Send one streaming request and fill ``record``; failures are recorded, not raised.
+
+    ``holds``: the shared clock's holds for this request (:class:`Holds`); none on wall time.
+    ``in_order``: held from before the request goes out until its answer's head (or its
+    failure) is back, so requests sent at one instant reach the server in order."""
     parser = _StreamParser(api)
+    held = holds or Holds(WALL)
     record.start_time = record.send_time = clock()
+    answered = False
 
     async def trace(event: str, info: dict) -> None:
         if event == "http11.send_request_headers.started":
             record.send_time = clock()
 
+    turn = _Turn(in_order)
     try:
         async with asyncio.timeout(timeout_s):
+            await turn.take()
             stream = http.stream("POST", url, json=body, extensions={"trace": trace})
             async with stream as response:
+                turn.give()
                 record.status = response.status_code
+                answered = response.status_code == 200  # the server took the request in
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")[:500]
                     raise _ServerError(f"HTTP {response.status_code}: {text}")
-                done_at = await _read_events(response, parser, record, clock)
+                done_at = await _read_events(response, parser, record, clock, held)
                 record.end_time = clock() if done_at is None else done_at
                 if done_at is None:
                     raise _ServerError("stream ended without [DONE]")
@@ -223,6 +278,9 @@ async def send_one(
         record.error = f"malformed SSE data: {exc}"
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}"
+    turn.give()
+    if not answered:
+        held.not_taken()
     if record.end_time is None:
         record.end_time = clock()
     record.prompt_tokens = parser.prompt_tokens
@@ -237,6 +295,7 @@ async def _read_events(
     parser: _StreamParser,
     record: RequestRecord,
     clock: Callable[[], float],
+    holds: Holds,
 ) -> float | None:
     """Consume SSE ``data:`` lines; return when ``[DONE]`` arrived (None: it never did).
 
@@ -267,23 +326,26 @@ async def _read_events(
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 done_at = now
+                holds.done()
                 break
             tokens, answer = parser.feed(loads(payload))
             if tokens > 0:
                 if record.first_token_time is None:
                     record.first_token_time = now
+                    holds.first_token()
                 if answer and record.first_answer_time is None:
                     record.first_answer_time = now
                 record.chunks.append(Chunk(now, tokens))
 
 
-def _client(pooled: bool, timeout_s: float) -> httpx.AsyncClient:
+def _client(pooled: bool, timeout_s: float, clock: Callable[[], float]) -> httpx.AsyncClient:
     """Fresh connections through :class:`MeasuringTransport`, or httpx's keep-alive pool."""
     timeout = httpx.Timeout(timeout_s, connect=30.0)
     if pooled:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
-    return httpx.AsyncClient(transport=MeasuringTransport(), timeout=timeout, trust_env=False)
+    transport = MeasuringTransport(clock=clock)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
 
 
 async def run_requests(
@@ -295,28 +357,30 @@ async def run_requests(
     on_start: Callable[[RequestRecord], None] = lambda record: None,
     on_done: Callable[[RequestRecord], None] = lambda record: None,
     abort: Abort | None = None,
+    clock: RunClock = WALL,
 ) -> list[RequestRecord]:
     """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency.
 
     ``on_start`` sees each record as its request is sent, ``on_done`` once it is filled in:
     a caller that is interrupted still holds every record, finished or in flight. ``abort``
     (another thread's :meth:`Abort.trip`) cancels every request in flight and raises
-    :class:`RunAborted`.
+    :class:`RunAborted`. ``clock``: what stamps are read from, wall time unless the mock
+    shares its cluster clock (:mod:`pytest_kimi.workload.clocks`).
     """
     url = base_url.rstrip("/") + API_PATHS[options.api]
     records: list[RequestRecord] = []
     hooks = (on_start, on_done)
-    with _no_gc_pauses():
-        async with _client(options.pooled, options.timeout_s) as http:
-            work = _send_all(http, url, requests, options, warmup, hooks, records)
+    with _no_gc_pauses(), clock.attach():
+        async with _client(options.pooled, options.timeout_s, clock.now) as http:
+            work = _send_all(http, url, requests, options, warmup, hooks, records, clock)
             await (work if abort is None else abort.guard(work))
     return records
 
 
-def close_unfinished(records: Iterable[RequestRecord], reason: str) -> None:
+def close_unfinished(records: Iterable[RequestRecord], reason: str, clock: RunClock = WALL) -> None:
     """Mark records whose request never completed (the run was interrupted) as failed with
     ``reason``; what had arrived (chunks, first token) is kept."""
-    now = time.perf_counter()  # the clock send_one stamps with
+    now = clock.now()  # the clock send_one stamps with
     for record in records:
         if record.end_time is None:
             record.end_time = now
@@ -340,6 +404,36 @@ def _no_gc_pauses() -> Iterator[None]:
         gc.collect()
 
 
+class _Slots:
+    """``concurrency`` slots; a freed slot goes straight to the oldest waiting request.
+
+    Each request holds the clock from the moment it may be sent (a free slot, or one handed
+    over) until an engine takes it in, so a closed loop's follow-up arrives at the cluster
+    time its predecessor ended, as with a client that reacts at once."""
+
+    def __init__(self, size: int, clock: RunClock) -> None:
+        self.free, self.clock = size, clock
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def enter(self) -> None:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            self.clock.hold()
+            return
+        slot = asyncio.get_running_loop().create_future()
+        self.waiting.append(slot)
+        await slot  # the leaving request took the hold for us
+
+    def leave(self) -> None:
+        while self.waiting:
+            slot = self.waiting.popleft()
+            if not slot.done():
+                self.clock.hold()
+                slot.set_result(None)
+                return
+        self.free += 1
+
+
 async def _send_all(
     http: httpx.AsyncClient,
     url: str,
@@ -348,6 +442,7 @@ async def _send_all(
     warmup: Sequence[RequestSpec],
     hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
     records: list[RequestRecord],
+    clock: RunClock,
 ) -> None:
     """Warmup one by one (kept, marked), then the measured requests at fixed concurrency."""
     on_start, on_done = hooks
@@ -355,26 +450,45 @@ async def _send_all(
         record = _new_record(-1 - i, spec, options, warmup=True)
         body = payload(options.api, spec.text, options.output_len, options.model)
         on_start(record)
-        records.append(await send_one(http, url, body, record, options.api, options.timeout_s))
+        clock.hold()  # let go by the engine that takes it in
+        await send_one(http, url, body, record, options.api, options.timeout_s, clock.now,
+                       Holds(clock))  # fmt: skip
+        records.append(record)
         on_done(record)
-    semaphore = asyncio.Semaphore(options.concurrency)
+    slots = _Slots(options.concurrency, clock)
     gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
+    in_order = asyncio.Lock() if clock.in_order else None
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
-        async with semaphore:
+        await slots.enter()
+        freed = False
+
+        def free() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                slots.leave()
+
+        try:
             record = _new_record(index, spec, options)
             body = payload(options.api, spec.text, options.output_len, options.model)
             on_start(record)
-            await send_one(http, url, body, record, options.api, options.timeout_s)
+            await send_one(http, url, body, record, options.api, options.timeout_s,
+                           clock.now, Holds(clock, handoff=free), in_order)  # fmt: skip
             on_done(record)
             return record
+        finally:
+            free()
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
+        due = clock.now()
         for index, spec in enumerate(requests):
             tasks.append(asyncio.create_task(one(index, spec)))
             if gaps[index] > 0:
-                await asyncio.sleep(gaps[index])
+                due += gaps[index]
+                await asyncio.sleep(0)  # the request just made takes its hold first
+                await clock.sleep_until(due)
         records.extend(await asyncio.gather(*tasks))
     finally:  # cancelled (an abort): no request may outlive the run or finish after it
         for task in tasks:
