@@ -359,7 +359,7 @@ def turnaround_notes(
     """The client's own turnaround, measured, in wall time and (on the mock) in cluster time:
     the mock's model takes a request's arrival when it reaches the server, so every wall
     millisecond the client spends between a last token and the next send is ``time_scale``
-    milliseconds of cluster time in which no request arrives (docs/mock.md, "Live vs twin")."""
+    milliseconds of cluster time in which no request arrives (docs/mock.md, "One clock")."""
     gaps = sorted(client_turnaround(records, concurrency))
     if not gaps:
         return []

@@ -3,7 +3,7 @@
 Why: the mock plays cluster time at ``time_scale`` times wall time. Whatever the client, the
 router and HTTP spend in wall time between two model events is then multiplied into cluster
 time: 12 ms of client turnaround is half a second of a 1:40 cluster in which the freed slot
-sends nothing, enough to lock the two replicas into waves (docs/mock.md, "Live vs twin").
+sends nothing, enough to lock the two replicas into waves (docs/mock.md, "One clock").
 A real cluster's client reacts in a few real milliseconds.
 
 So time is shared and held. The clock runs at ``scale`` cluster seconds per wall second

@@ -2,8 +2,9 @@
 
 Used to calibrate the profile against the seed report and to check, without starting a
 process, that a layout's parallelism moves TTFT and TPOT the way the real cluster did.
-The live mock runs the very same :class:`ReplicaSim`, so these figures are what a run on
-the mock reports minus client and network noise.
+The live mock runs the very same :class:`ReplicaSim` on a shared clock that keeps client,
+router and HTTP time out, so a local run reports these figures (tests/integration/
+test_twin_live.py holds every seed cell within 1%).
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def simulate(
 
     Request ``i`` has ``input_lens[i % len(input_lens)]`` prompt tokens. ``reaction_s``: cluster
     seconds from a request's last token to the arrival of the request its freed slot sends
-    (client, router and HTTP together); 0 is an instant client. On the live mock that gap is
-    the client's wall-clock reaction times the time scale (docs/mock.md, "Live vs twin")."""
+    (client, router and HTTP together); 0 is an instant client, which is what a local live run
+    on the shared clock is; without it the gap is the client's wall-clock reaction times the
+    time scale (docs/mock.md, "One clock")."""
     sims = [
         ReplicaSim(
             CostModel(profile, tp=tp, pp=pp, ep=ep, gpus_per_node=gpus_per_node),
