@@ -190,23 +190,28 @@ class Holds:
 
     Before a request is sent the clock is held for it (by :class:`_Slots` or the warm-up);
     an engine lets go when the request arrives. The engine holds the clock for the first and
-    the last token; the client lets go once it has read each. ``handoff`` runs first when the
-    stream's end is read: the next request's hold is taken before the last token's is let go,
-    so no cluster time passes between a freed slot and the request it sends."""
+    the last token; the client lets go of the first once it has read it, and of the last in
+    :meth:`settle`, which the caller runs after the next request has taken its hold: no
+    cluster time passes between a freed slot and the request it sends."""
 
-    def __init__(self, clock: RunClock, handoff: Callable[[], None] = lambda: None) -> None:
-        self.clock, self.handoff = clock, handoff
+    def __init__(self, clock: RunClock) -> None:
+        self.clock, self.ended = clock, False
 
     def first_token(self) -> None:
         self.clock.release()
 
     def done(self) -> None:
-        self.handoff()
-        self.clock.release()
+        """The stream's end was read: the last token's hold is let go in :meth:`settle`."""
+        self.ended = True
 
     def not_taken(self) -> None:
         """The request never reached an engine (an HTTP error, no connection)."""
         self.clock.release()
+
+    def settle(self) -> None:
+        if self.ended:
+            self.ended = False
+            self.clock.release()
 
 
 class _Turn:
@@ -451,8 +456,9 @@ async def _send_all(
         body = payload(options.api, spec.text, options.output_len, options.model)
         on_start(record)
         clock.hold()  # let go by the engine that takes it in
-        await send_one(http, url, body, record, options.api, options.timeout_s, clock.now,
-                       Holds(clock))  # fmt: skip
+        holds = Holds(clock)
+        await send_one(http, url, body, record, options.api, options.timeout_s, clock.now, holds)
+        holds.settle()
         records.append(record)
         on_done(record)
     slots = _Slots(options.concurrency, clock)
@@ -461,24 +467,18 @@ async def _send_all(
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
         await slots.enter()
-        freed = False
-
-        def free() -> None:
-            nonlocal freed
-            if not freed:
-                freed = True
-                slots.leave()
-
+        holds = Holds(clock)
         try:
             record = _new_record(index, spec, options)
             body = payload(options.api, spec.text, options.output_len, options.model)
             on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s,
-                           clock.now, Holds(clock, handoff=free), in_order)  # fmt: skip
+                           clock.now, holds, in_order)  # fmt: skip
             on_done(record)
             return record
         finally:
-            free()
+            slots.leave()  # the next request takes its hold first...
+            holds.settle()  # ...then this one's last token lets go
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
