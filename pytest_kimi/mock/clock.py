@@ -100,6 +100,7 @@ class SharedClock:
 
     def __init__(self, path: str | Path, wall: Callable[[], float] = time.monotonic) -> None:
         self.path, self.wall = Path(path), wall
+        self._slot: int | None = None
         self._fd = os.open(self.path, os.O_RDWR)
         self._closer = weakref.finalize(self, os.close, self._fd)  # exactly once
         try:
@@ -112,23 +113,24 @@ class SharedClock:
             raise ValueError(f"{self.path}: not a mock clock file")
         first = self._peek()
         self.scale, self.origin = first.scale, first.origin_wall
-        self._slot: int | None = None
         self._bound = INF  # this process's slot's bound, as last written
 
     @classmethod
-    def create(cls, path: str | Path, scale: float) -> SharedClock:
+    def create(
+        cls, path: str | Path, scale: float, wall: Callable[[], float] = time.monotonic
+    ) -> SharedClock:
         """A new clock at cluster time 0, running (replaces a file left by an earlier run)."""
         if not scale > 0:
             raise ValueError(f"time scale must be > 0, got {scale!r}")
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        now = time.monotonic()
+        now = wall()
         state = _State(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now,
                        [(0, INF)] * SLOTS)  # fmt: skip
         tmp.write_bytes(_HEADER.pack(MAGIC, 0) + _pack(state))
         os.replace(tmp, target)
-        return cls(target)
+        return cls(target, wall)
 
     def close(self) -> None:
         if self._slot is not None:
@@ -218,7 +220,7 @@ class SharedClock:
         clock for the request it sends first."""
         if self._slot is None:
             self.join()
-        target = t * self.scale
+        target = (t - self.origin) * self.scale
         self.bound(target)
         while (now := self.cluster_now()) < target:
             await asyncio.sleep(max((target - now) / self.scale, 0.0005))

@@ -1,0 +1,84 @@
+"""The shared cluster clock end to end: a mock server and the product's client on one clock.
+
+Truth is the model's own ground truth (``/kimi/ground_truth``: cluster times the scheduler
+computed), which the client cannot influence. On wall time a slow client's turnaround lands
+in cluster time multiplied by the time scale; on the shared clock it must not land at all."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import httpx
+import pytest
+
+from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.mock.clock import SharedClock
+from pytest_kimi.testing.processes import mock_argv
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+
+PROMPT = " ".join(["bago"] * 64)
+SCALE = 1000.0  # a wall millisecond is a cluster second
+
+
+def _serve(spawn, clock_path) -> str:
+    port = free_port()
+    flags = ["--tp-size", "8", "--mock-time-scale", f"{SCALE:g}", "--mock-clock", str(clock_path)]
+    proc = spawn(mock_argv(port, *flags), "mock")
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health")
+    return url
+
+
+def _slow_client(record) -> None:
+    """Blocks the client's loop 20 ms after each request: 20 cluster seconds at 1:1000."""
+    time.sleep(0.02)
+
+
+@pytest.mark.parametrize("api", ["generate", "chat"])
+def test_a_slow_client_costs_no_cluster_time(spawn, tmp_path, api):
+    clock = SharedClock.create(tmp_path / "clock", SCALE)
+    url = _serve(spawn, tmp_path / "clock")
+    specs = [RequestSpec(f"p{i}", PROMPT, 64) for i in range(6)]
+    options = ClientOptions(api=api, output_len=8, concurrency=2)
+    records = asyncio.run(run_requests(url, specs, options, on_done=_slow_client, clock=clock))
+    truth = {t["rid"]: t for t in httpx.get(url + "/kimi/ground_truth").json()["requests"]}
+    assert len(records) == 6 and all(r.success for r in records), [r.error for r in records]
+    for r in records:
+        t = truth[r.request_id.removeprefix("chatcmpl-").removeprefix("cmpl-")]
+        # what the client measured, in cluster time, is what the model did
+        assert (r.first_token_time - r.send_time) * SCALE == pytest.approx(
+            t["first_token"] - t["arrival"], abs=1e-6
+        )
+        assert (r.end_time - r.send_time) * SCALE == pytest.approx(
+            t["finished"] - t["arrival"], abs=1e-6
+        )
+    # closed loop: each follow-up arrived at the very cluster time a request finished
+    finishes = [t["finished"] for t in truth.values()]
+    follow_ups = sorted(t["arrival"] for t in truth.values())[options.concurrency :]
+    for arrival in follow_ups:
+        assert min(abs(arrival - f) for f in finishes) < 1e-9, (arrival, sorted(finishes))
+    stats = clock.stats()
+    assert stats.stalls == 0
+    assert stats.held_wall_s >= 6 * 0.02  # the slow client's time: counted, not in the figures
+    clock.close()
+
+
+def test_without_the_shared_clock_the_same_client_turnaround_lands_in_cluster_time(spawn):
+    """The control: the same slow client on wall time. Follow-ups arrive 20 cluster seconds
+    (the client's 20 ms times 1:1000) after the finish that freed their slot, or later."""
+    port = free_port()
+    proc = spawn(mock_argv(port, "--tp-size", "8", "--mock-time-scale", f"{SCALE:g}"), "mock")
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health")
+    specs = [RequestSpec(f"p{i}", PROMPT, 64) for i in range(4)]
+    records = asyncio.run(
+        run_requests(url, specs, ClientOptions(output_len=8, concurrency=1), on_done=_slow_client)
+    )
+    assert all(r.success for r in records)
+    truth = sorted(
+        httpx.get(url + "/kimi/ground_truth").json()["requests"], key=lambda t: t["arrival"]
+    )
+    gaps = [b["arrival"] - a["finished"] for a, b in itertools.pairwise(truth)]
+    assert min(gaps) >= 20.0, gaps
