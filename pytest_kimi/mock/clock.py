@@ -225,6 +225,11 @@ class SharedClock:
         while (now := self.cluster_now()) < target:
             await asyncio.sleep(max((target - now) / self.scale, 0.0005))
 
+    def clear_bound(self) -> None:
+        """This process schedules nothing more: its bound no longer stops the clock."""
+        if self._slot is not None:
+            self.bound(INF)
+
     # -- bounds (one slot per process with events of its own) ---------------------------
     def join(self) -> None:
         """Take a slot for this process's bound (a free one, or one whose process died)."""

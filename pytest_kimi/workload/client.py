@@ -482,13 +482,16 @@ async def _send_all(
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
-        due = clock.now()
+        due: float | None = None
         for index, spec in enumerate(requests):
             tasks.append(asyncio.create_task(one(index, spec)))
+            await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
+            if due is None:
+                due = clock.now()  # the schedule's origin: the first send
             if gaps[index] > 0:
                 due += gaps[index]
-                await asyncio.sleep(0)  # the request just made takes its hold first
                 await clock.sleep_until(due)
+        clock.clear_bound()  # the schedule is done: the clock may pass the last send
         records.extend(await asyncio.gather(*tasks))
     finally:  # cancelled (an abort): no request may outlive the run or finish after it
         for task in tasks:

@@ -39,7 +39,12 @@ class RunClock(Protocol):
     def attach(self) -> contextlib.AbstractContextManager[object]: ...
 
     async def sleep_until(self, t: float) -> None:
-        """Until :meth:`now` reaches ``t`` (an open-loop arrival's send time)."""
+        """Until :meth:`now` reaches ``t`` (an open-loop arrival's send time); the clock may
+        stay there until the next call or :meth:`clear_bound`."""
+        ...
+
+    def clear_bound(self) -> None:
+        """No more sends are scheduled: nothing of this client's stops the clock."""
         ...
 
 
@@ -65,6 +70,9 @@ class WallClock:
         delay = t - self.now()
         if delay > 0:
             await asyncio.sleep(delay)
+
+    def clear_bound(self) -> None:
+        """Wall time has no bounds."""
 
 
 WALL = WallClock()

@@ -16,7 +16,7 @@ import pytest
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.mock.clock import SharedClock
 from pytest_kimi.testing.processes import mock_argv
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
 
 PROMPT = " ".join(["bago"] * 64)
 SCALE = 1000.0  # a wall millisecond is a cluster second
@@ -82,3 +82,24 @@ def test_without_the_shared_clock_the_same_client_turnaround_lands_in_cluster_ti
     )
     gaps = [b["arrival"] - a["finished"] for a, b in itertools.pairwise(truth)]
     assert min(gaps) >= 20.0, gaps
+
+
+def test_open_loop_arrivals_land_at_their_scheduled_cluster_times(spawn, tmp_path):
+    """A finite request rate: the client bounds the clock at each scheduled send, so however
+    late its process wakes, requests arrive exactly on the Poisson schedule; after the last
+    send the clock runs on (the run ends rather than waiting at the last send)."""
+    clock = SharedClock.create(tmp_path / "clock", SCALE)
+    url = _serve(spawn, tmp_path / "clock")
+    specs = [RequestSpec(f"p{i}", PROMPT, 64) for i in range(5)]
+    rate = 200.0  # requests per client second: 0.2 per cluster second at 1:1000
+    options = ClientOptions(output_len=4, concurrency=5, request_rate=rate, seed=3)
+    records = asyncio.run(run_requests(url, specs, options, on_done=_slow_client, clock=clock))
+    assert all(r.success for r in records), [r.error for r in records]
+    truth = sorted(
+        httpx.get(url + "/kimi/ground_truth").json()["requests"], key=lambda t: t["arrival"]
+    )
+    gaps = [b["arrival"] - a["arrival"] for a, b in itertools.pairwise(truth)]
+    expected = [g * SCALE for g in arrival_gaps(len(specs), rate, 3)[:-1]]
+    assert gaps == pytest.approx(expected, abs=1e-6)
+    assert clock.stats().stalls == 0
+    clock.close()
