@@ -54,8 +54,9 @@ def _misses(cells: dict[str, dict[str, float]], target, name: str) -> list[str]:
 @pytest.mark.parametrize(
     ("fit", "other", "start", "max_evals"),
     [
-        # tp32's prefill is network bound, so it shows mfu only weakly: a converged fit
-        ("tp32", "pp8", {"mfu": 0.25, "step_overhead_ms": 25.0}, 60),
+        # tp32's prefill is network bound, so it shows mfu only weakly and pp8's TTFT p95
+        # lands at -19.8% (docs/mock.md): the fit has to converge, which 40 simulations do
+        ("tp32", "pp8", {"mfu": 0.2, "step_overhead_ms": 20.0}, 40),
         # a pp8 simulation is ~7x a tp32 one; twelve of them get there from this start
         ("pp8", "tp32", {"mfu": 0.05, "step_overhead_ms": 25.0}, 12),
     ],
