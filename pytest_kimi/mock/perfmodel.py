@@ -8,8 +8,10 @@ it on one page):
 * memory: weights read once per step (dense part + the experts the batch touches) plus the KV
   cache read by decodes, split over the TP group, at ``gpu_mem_bw_gbs``;
 * TP: two all-reduces per layer of ``tokens x hidden`` activations, costed with NCCL's own
-  ring model (``src/graph/tuning.cc``): ``2 (n - nodes)`` steps over PCIe and ``2 (nodes - 1)``
-  over the network, each paying that link's step latency, plus the ring's bandwidth term;
+  ring model and latency tables (``src/graph/tuning.cc``, :data:`NCCL_RING`): a base latency
+  plus each ring step's hardware latency (PCIe inside a node, the network across), for the
+  protocol NCCL's model picks for the message (LL for decode's few tokens, Simple for
+  prefill chunks), plus the ring's bandwidth term;
 * PP: each stage holds ``layers / PP`` layers; a batch hops between stages (activations over
   the intra- or inter-node link), so prefill chunks pipeline but every decode step crosses all
   stages;
@@ -18,10 +20,10 @@ it on one page):
   scheduler loop, launches its kernels and synchronises once per batch, so PP8 pays it eight
   times per decode step and TP32 once.
 
-Every constant is shared by all layouts. Hardware numbers come from data sheets and model
-numbers from Kimi K2's published config (sources beside each field); ``mfu``, the two link
-latencies and ``step_overhead_ms`` have no data sheet and are fitted by
-``python -m pytest_kimi.mock.calibrate`` (the shipped values are its fit to the seed).
+Every constant is shared by all layouts. Hardware numbers come from data sheets, collective
+latencies from NCCL's tuning tables, model numbers from Kimi K2's published config (sources
+beside each); only ``mfu`` and ``step_overhead_ms`` have no published source and are fitted
+by ``python -m pytest_kimi.mock.calibrate`` (the shipped values are its fit to the seed).
 
 All times are cluster seconds. Kimi-K3's architecture is not public: the default model numbers
 are Kimi K2's (1T total / 32B active, 61 layers, hidden 7168, 384 experts, 8 per token).
@@ -45,13 +47,50 @@ from typing import Any
 #       https://pcisig.com/specifications
 # [nic] Assumed: one 100 Gb/s Ethernet/RoCE NIC per 8-GPU node = 12.5 GB/s per node. The
 #       seed does not name its network; this is a stated assumption, not a measurement.
-# [nccl] NCCL ring all-reduce latency: baseLat + (nsteps - nInterSteps) x intraLat +
-#       nInterSteps x interLat, nsteps = 2 (ranks - 1), nInterSteps = 2 (nodes - 1).
-#       https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc
+# [nccl] NCCL 2.20.3, src/graph/tuning.cc (commit b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2),
+#       ncclTopoTuneModel and ncclTopoGetAlgoTime, Ring algorithm, all-reduce:
+#       latency = baseLat + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat,
+#       nsteps = 2 (ranks - 1), nInterSteps = 2 nodes when nodes > 1 (else 0);
+#       intraLat = hwLat[PCI] (no NVLink), raised to the network post overhead (1 us on x86,
+#       x3 for Simple) once the ring spans nodes; interLat = hwLat[NET];
+#       Simple across nodes: latency x 1.4 ("plateau effect of ring", compute capability >= 80,
+#       bytes / (channels x ranks) >= 64: true of every message here);
+#       time = latency + bytes / algorithm bandwidth, LL's bus bandwidth 1/4 of the link's;
+#       LL128 is enabled only on NVLink (typeIntra <= PATH_NVB), so PCIe rings use LL or Simple.
+#       https://github.com/NVIDIA/nccl/blob/v2.20.3-1/src/graph/tuning.cc
+# [nccl-measured] NCCL's table latencies are its tuner's estimates; measured small all-reduces
+#       take longer. all_reduce_perf, 8 B, 8 RTX 3090 over PCIe (no NVLink, NCCL's PCI class):
+#       54.18 us (https://github.com/NVIDIA/nccl/issues/1439), against NCCL 2.20.3's model of
+#       that ring, 6.6 + 14 x 1.0 = 20.6 us: x2.63. Across nodes (H100 cluster, 128 B, Tree/LL)
+#       NCCL's own log gives its model as 25.2 us and all_reduce_perf measured 61.6 us: x2.44
+#       (https://github.com/NVIDIA/nccl/issues/1453). The mock scales NCCL's latencies by the
+#       PCIe figure, 2.63; a cluster's own all_reduce_perf gives its value.
 # [k2] Kimi K2 config.json: num_hidden_layers 61, hidden_size 7168, n_routed_experts 384,
 #       num_experts_per_tok 8, moe_intermediate_size 2048, num_attention_heads 64,
 #       qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, kv_lora_rank 512.
 #       https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json
+
+
+@dataclass(frozen=True)
+class NcclProtocol:
+    """One protocol's Ring entries in NCCL's tuning tables [nccl] (microseconds)."""
+
+    name: str
+    base_us: float  # baseLat[Ring][proto]
+    pci_us: float  # hwLat[PCI][Ring][proto]: one ring step between GPUs of a node
+    net_us: float  # hwLat[NET][Ring][proto]: one ring step between nodes
+    net_overhead_us: float  # getNetOverhead (x86) for this protocol: intra-step floor off-node
+    plateau: float  # latency factor of a multi-node all-reduce ("plateau effect of ring")
+    bw_share: float  # bus bandwidth as a share of the link's (LL: 1/4)
+
+
+# NCCL 2.20.3's Ring rows [nccl]; LL128 is off without NVLink, so these are the two it can pick
+NCCL_RING: tuple[NcclProtocol, ...] = (
+    NcclProtocol("LL", base_us=6.6, pci_us=1.0, net_us=2.7, net_overhead_us=1.0, plateau=1.0,
+                 bw_share=0.25),
+    NcclProtocol("Simple", base_us=8.4, pci_us=5.7, net_us=14.0, net_overhead_us=3.0,
+                 plateau=1.4, bw_share=1.0),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -60,13 +99,14 @@ class Profile:
 
     # hardware: data sheets [gpu], [pcie], [nic]
     gpu_tflops: float = 500.0  # dense BF16 tensor throughput per GPU, TFLOP/s [gpu]
-    mfu: float = 0.12  # FITTED: fraction of gpu_tflops that prefill reaches
+    mfu: float = 0.1186  # FITTED: fraction of gpu_tflops that prefill reaches
     gpu_mem_bw_gbs: float = 1792.0  # GDDR7 bandwidth per GPU, GB/s [gpu]
     intra_node_bw_gbs: float = 63.0  # PCIe 5.0 x16 per direction, GB/s [pcie]
-    intra_node_latency_us: float = 4.5  # FITTED: one NCCL ring step over PCIe, us [nccl]
     inter_node_bw_gbs: float = 12.5  # the node's network, GB/s [nic]
-    inter_node_latency_us: float = 13.5  # FITTED: one NCCL ring step over the network, us
-    step_overhead_ms: float = 12.0  # FITTED: per batch per pipeline stage (scheduler, launches)
+    # measured over modelled small all-reduce time: NCCL's tables [nccl] are its tuner's
+    # estimates, and all_reduce_perf on PCIe-only GPUs measures 2.63x theirs [nccl-measured]
+    nccl_latency_factor: float = 2.63
+    step_overhead_ms: float = 12.3589  # FITTED: per batch per pipeline stage (scheduler, sync)
     # model: Kimi K2 as a stand-in for Kimi-K3 [k2]
     layers: int = 61
     hidden: int = 7168
@@ -145,29 +185,37 @@ class CostModel:
 
     def allreduce_time(self, tokens: int) -> float:
         """One all-reduce of ``tokens x hidden`` activations over the TP group: NCCL's ring
-        model [nccl] (its fixed base latency is folded into ``step_overhead_ms``)."""
+        model [nccl], with the protocol NCCL's model would pick (the fastest)."""
         n = self.tp
         if n == 1:
             return 0.0
         p = self.p
         nodes = math.ceil(n / self.gpus_per_node)
-        latency = (
-            2 * (n - nodes) * p.intra_node_latency_us + 2 * (nodes - 1) * p.inter_node_latency_us
-        )
         size = tokens * p.hidden * p.activation_bytes
         # the ring's slowest link: a node's network carries every byte that leaves the node
-        bandwidth = (
-            p.intra_node_bw_gbs if nodes == 1 else min(p.intra_node_bw_gbs, p.inter_node_bw_gbs)
-        )
-        return latency / 1e6 + 2 * (n - 1) / n * size / (bandwidth * 1e9)
+        link = p.intra_node_bw_gbs if nodes == 1 else min(p.intra_node_bw_gbs, p.inter_node_bw_gbs)
+        steps, inter_steps = 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+        best = math.inf
+        for proto in NCCL_RING:
+            intra = proto.pci_us if nodes == 1 else max(proto.pci_us, proto.net_overhead_us)
+            latency = proto.base_us + (steps - inter_steps) * intra + inter_steps * proto.net_us
+            latency *= p.nccl_latency_factor * (proto.plateau if nodes > 1 else 1.0)
+            moved = steps / n * size / (link * 1e9 * proto.bw_share)
+            best = min(best, latency / 1e6 + moved)
+        return best
 
     def hop_time(self, tokens: int, stage: int) -> float:
-        """Send a batch's activations from ``stage`` to ``stage + 1``."""
+        """Send a batch's activations from ``stage`` to ``stage + 1``: one step of a ring
+        over that link, as NCCL costs a one-step transfer (``baseLat + hwLat``) [nccl]."""
         p = self.p
         gpus_before = (stage + 1) * self.tp
         crosses_node = gpus_before % self.gpus_per_node == 0
-        if crosses_node:
-            latency, bandwidth = p.inter_node_latency_us, p.inter_node_bw_gbs
-        else:
-            latency, bandwidth = p.intra_node_latency_us, p.intra_node_bw_gbs
-        return latency / 1e6 + tokens * p.hidden * p.activation_bytes / (bandwidth * 1e9)
+        bandwidth = p.inter_node_bw_gbs if crosses_node else p.intra_node_bw_gbs
+        size = tokens * p.hidden * p.activation_bytes
+        return min(
+            (proto.base_us + (proto.net_us if crosses_node else proto.pci_us))
+            * p.nccl_latency_factor
+            / 1e6
+            + size / (bandwidth * 1e9 * proto.bw_share)
+            for proto in NCCL_RING
+        )

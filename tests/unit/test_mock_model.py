@@ -31,15 +31,34 @@ def test_tp_allreduce_costs_more_once_the_group_crosses_nodes():
     assert _cost(1, 32).allreduce_time(1000) == 0.0
 
 
-def test_allreduce_latency_counts_nccl_ring_steps_per_link():
-    """NCCL's ring model: 2 (n - nodes) steps over PCIe, 2 (nodes - 1) over the network; the
-    same two step latencies serve every layout."""
+def test_allreduce_latency_is_nccls_ring_model_with_its_tables():
+    """NCCL 2.20.3's Ring model (src/graph/tuning.cc): baseLat + a hwLat per ring step, PCI
+    inside a node, NET for the 2 x nodes inter-node steps, scaled by the measured factor. One
+    token picks LL (bus bandwidth a quarter of the link's); an 8K-token chunk picks Simple,
+    whose multi-node latency carries the 1.4 plateau."""
     p = Profile()
-    one_token = 2 * 7168 * 2  # bytes of one token's activations, twice: a ring's traffic
-    tp32_latency = (2 * (32 - 4) * p.intra_node_latency_us + 2 * 3 * p.inter_node_latency_us) / 1e6
-    tp4_latency = 2 * 3 * p.intra_node_latency_us / 1e6
-    assert _cost(32, 1).allreduce_time(1) == pytest.approx(tp32_latency, abs=one_token / 1e9)
-    assert _cost(4, 8).allreduce_time(1) == pytest.approx(tp4_latency, abs=one_token / 1e9)
+    k = p.nccl_latency_factor
+    one_token = 7168 * 2
+    # TP32 over 4 nodes: 62 steps, 8 of them inter-node; the ring runs at the network's speed
+    tp32_ll = k * (6.6 + 54 * 1.0 + 8 * 2.7) / 1e6 + 62 / 32 * one_token / (12.5e9 / 4)
+    assert _cost(32, 1).allreduce_time(1) == pytest.approx(tp32_ll)
+    tp4_ll = k * (6.6 + 6 * 1.0) / 1e6 + 6 / 4 * one_token / (63e9 / 4)
+    assert _cost(4, 8).allreduce_time(1) == pytest.approx(tp4_ll)
+    chunk = 8192 * one_token
+    tp32_simple = k * 1.4 * (8.4 + 54 * 5.7 + 8 * 14.0) / 1e6 + 62 / 32 * chunk / 12.5e9
+    assert _cost(32, 1).allreduce_time(8192) == pytest.approx(tp32_simple)
+
+
+def test_latency_factor_scales_every_collective_latency_alike():
+    """One measured factor for all of NCCL's latencies, not a knob per link or layout:
+    doubling it adds each layout's own NCCL latency once more (LL still the pick)."""
+    k = Profile().nccl_latency_factor
+    slow = Profile(nccl_latency_factor=2 * k)
+    for tp, pp, nccl_us in ((32, 1, 6.6 + 54 * 1.0 + 8 * 2.7), (4, 8, 6.6 + 6 * 1.0)):
+        extra = _cost(tp, pp, slow).allreduce_time(1) - _cost(tp, pp).allreduce_time(1)
+        assert extra == pytest.approx(k * nccl_us / 1e6)
+    hop = _cost(4, 8, slow).hop_time(1, 1) - _cost(4, 8).hop_time(1, 1)  # stage 1 -> 2: a node
+    assert hop == pytest.approx(k * (6.6 + 2.7) / 1e6)
 
 
 def test_step_overhead_is_paid_once_per_stage_by_every_layout():
