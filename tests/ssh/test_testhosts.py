@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testhosts import TestCluster, sweep_stale
+from testhosts import LOGIN_NOISE, TestCluster, sweep_stale
 
 from pytest_kimi.testing.processes import ctrl_c_as_at_a_terminal
 
@@ -35,6 +35,21 @@ def test_every_host_answers_with_its_hostname(ssh_hosts: TestCluster) -> None:
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, f"{name}: {err}"
         assert out.strip() == name
+
+
+def test_the_machines_bashrc_is_masked_by_login_noise_on_stderr(ssh_hosts: TestCluster) -> None:
+    # every SSH command runs the stand-in ~/.bashrc (noise on stderr, nothing on stdout), never
+    # the machine's own (CI's runs pyenv init: ~0.2 s a command); the machine's file is untouched
+    rc = Path.home() / ".bashrc"
+    done = _ssh(ssh_hosts, ssh_hosts.hosts[1], "cat ~/.bashrc")
+    if not rc.is_file():  # nothing to mask: bash runs nothing
+        assert done.returncode != 0 and LOGIN_NOISE not in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    assert LOGIN_NOISE in done.stderr and LOGIN_NOISE in done.stdout  # the stand-in, run and read
+    assert done.stdout != rc.read_text()
+    mounts = subprocess.run(["findmnt", "-n", str(rc)], capture_output=True, text=True)
+    assert mounts.stdout == ""  # masked inside the hosts' mount namespaces only
 
 
 def test_layout_matches_the_brief(ssh_hosts: TestCluster) -> None:

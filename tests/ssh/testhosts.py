@@ -29,6 +29,7 @@ import json
 import os
 import random
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,14 @@ ETC_NETNS = Path("/etc/netns")
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER_CANDIDATES = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server")
 DEFAULT_PASSPHRASE = "kimi-test-passphrase"
+LOGIN_NOISE = "kimi test host: login noise on stderr"
+# bash runs the user's ~/.bashrc for every command sshd hands it. The machine's own is not run
+# on the test hosts (CI's runs `pyenv init`: ~0.2 s of CPU per SSH command, most of each round
+# trip, minutes per suite); this one, bind-mounted over it in each host's mount namespace, gives
+# every command what real nodes' login scripts give it (banners, locale warnings): stderr noise.
+HOST_BASHRC = f"""# pytest-kimi test host: stands in for the ~/.bashrc of its user (testhosts.py)
+echo '{LOGIN_NOISE}' >&2
+"""
 
 _READY_PROBE = r"""
 import socket, sys, time
@@ -530,7 +539,9 @@ class TestCluster:
             (d / "hosts").write_text("\n".join(lines) + "\n")
 
     def _spawn_sshd(self, host: TestHost) -> None:
-        script = f"hostname {host.name}; exec {SSHD} -D -e -f {host.config_path}"
+        script = (
+            f"hostname {host.name}; {self._mask_bashrc()}exec {SSHD} -D -e -f {host.config_path}"
+        )
         argv = [_ip(), "netns", "exec", host.netns, "unshare", "--uts", "--pid", "--fork"]
         argv += ["--mount-proc", "--kill-child", "sh", "-c", script]
         with open(host.log_path, "ab") as log:
@@ -543,6 +554,18 @@ class TestCluster:
             )
         host.unshare_pid = host._proc.pid  # `ip netns exec` execs unshare: same pid
         host.sshd_pid = None
+
+    def _mask_bashrc(self) -> str:
+        """Shell that bind-mounts :data:`HOST_BASHRC` over the user's ``~/.bashrc`` (the
+        host's own mount namespace: the machine's file is untouched); nothing when there is
+        none to mask (bash then runs nothing either)."""
+        real = Path(os.path.expanduser(f"~{self.user}")) / ".bashrc"
+        if not real.is_file():
+            return ""
+        ours = self.run_dir / "host-bashrc"
+        ours.write_text(HOST_BASHRC)
+        mount = shlex.join(["mount", "--bind", str(ours), str(real)])
+        return f"{mount} || echo 'testhosts: could not mask {real}' >&2; "
 
     def _resolve_sshd_pid(self, host: TestHost, timeout_s: float = 5.0) -> None:
         assert host.unshare_pid is not None
