@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_kimi.mock.gpustate import pid_alive
+
 MAGIC = b"kimiclk3"
 # magic, seq, then the state: scale, anchor_wall, anchor_cluster, holds, changed_wall,
 # attached, stalls, held_wall, bound_wall, bound (the earliest slot's), held_since (wall, while
@@ -236,7 +238,7 @@ class SharedClock:
 
         def claim(s: _State) -> None:
             for i, (pid, _) in enumerate(s.slots):
-                if pid == 0 or not _alive(pid):
+                if pid == 0 or not pid_alive(pid):
                     s.slots[i] = (os.getpid(), INF)
                     self._slot, self._bound = i, INF
                     return
@@ -377,25 +379,10 @@ def _unstick(s: _State) -> None:
         s.holds = 0
         s.stalls += 1
     for i, (pid, _) in enumerate(s.slots):
-        if pid and not _alive(pid):
+        if pid and not pid_alive(pid):
             s.slots[i] = (0, INF)
             s.stalls += 1
 
 
 def _dead_bounds(s: _State) -> bool:
-    return any(pid and b < INF and not _alive(pid) for pid, b in s.slots)
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by its parent, is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust the signal
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    return any(pid and b < INF and not pid_alive(pid) for pid, b in s.slots)

@@ -11,18 +11,12 @@ import pytest
 
 from pytest_kimi.config import load_cluster
 from pytest_kimi.mock import mission
+from pytest_kimi.mock.calibrate import CELLS  # the seed table's twelve cells
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).parents[2]
 LOCAL = ROOT / "clusters" / "local.yaml"
-# the seed table's twelve cells (../shared/seed/README.md), as summary.json names them
-CELLS = (
-    "duration", "input_throughput", "output_throughput", "total_throughput",
-    "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms",
-    "mean_tpot_ms", "median_tpot_ms", "p95_tpot_ms",
-    "mean_e2e_latency_ms", "p95_e2e_latency_ms",
-)  # fmt: skip
 TOLERANCE = 0.01  # each live cell within 1% of the twin: two live runs within 2% of each other
 
 
