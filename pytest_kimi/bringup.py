@@ -64,71 +64,79 @@ def deployment(
     ``on_client`` gets the client on a node (``network.client: on_node``) once warm."""
     from pytest_kimi.deploy.deployment import Deployment
     from pytest_kimi.deploy.plan import plan_deployment
+    from pytest_kimi.deploy.ports import PortBook
     from pytest_kimi.deploy.reach import reach_for
     from pytest_kimi.progress.events import BringUpDone, NoProgress
 
-    plan = plan_deployment(inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}")
-    on_manifest(plan, None)
-    executor = _executor(inputs, folder, layout)
-    dep = Deployment(
-        plan,
-        executor,
-        folder.logs(layout.name),
-        timeout_s=inputs.cluster.startup_timeout_s,
-        progress=lambda m: say(f"[kimi {layout.name}] {m}"),
-        on_state=node_events(layout.name, progress or NoProgress()),
-        stall_s=inputs.cluster.startup_stall_s,
-        report_s=inputs.cluster.startup_report_s,
-        on_log=node_log_events(layout.name, progress or NoProgress()),
-        log_max_bytes=inputs.cluster.logs.max_bytes,
-        keep_runs=inputs.cluster.logs.keep_runs,
-    )
-    with (
-        sigterm_as_interrupt(),
-        _mock_clock(plan),
-        contextlib.ExitStack() as locked,  # released after teardown stopped everything
-        _teardown(dep, inputs, layout, folder, result, say),
-    ):
-        locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say))
-        # after the lock: a live run holds it, so what is found now was left by a dead one
-        earlier_runs(inputs, executor, plan, say)
-        addrs = node_addresses(inputs, executor, say)
-        if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
-            plan = dep.plan = plan_deployment(
-                inputs.cluster, layout, gpu_scope=f"{folder.name}/{layout.name}", addrs=addrs
-            )
-            on_manifest(plan, None)
-        reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
-        on_reach(reach)
-        if reach.mode == "ssh_forward" and inputs.cluster.network.client == "ssh_forward":
-            result.notes.append(FORWARD_NOTE)
-        gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
-        on_manifest(plan, gpus or None)
-        network_preflight(executor, plan, say, reach)
-        check_router_version(inputs, executor, plan)
-        say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
-        dep.start()
-        environments = _with_gpus(
-            _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}", reach),
-            gpus,
+    with PortBook() as book:  # auto ports stay ours until everything is stopped
+        plan = plan_deployment(
+            inputs.cluster, layout, book=book, gpu_scope=f"{folder.name}/{layout.name}"
         )
-        on_manifest(plan, environments)
-        result.notes.extend(_version_notes(environments))
-        result.notes.extend(_router_model_notes(inputs, executor, plan))
-        warm_replicas(plan, reach)
-        (progress or NoProgress()).emit(BringUpDone(layout.name))
-        client = node_client(inputs, executor, dep, plan)
-        if client is not None:
-            on_client(client)
-        watchdog = _watchdog(inputs, executor, dep, abort)
-        tails = log_lines(executor, list(dep.handles.values()), layout.name,
-                          progress or NoProgress(), inputs.cluster.logs.tail_report_s)  # fmt: skip
+        on_manifest(plan, None)
+        executor = _executor(inputs, folder, layout)
+        dep = Deployment(
+            plan,
+            executor,
+            folder.logs(layout.name),
+            timeout_s=inputs.cluster.startup_timeout_s,
+            progress=lambda m: say(f"[kimi {layout.name}] {m}"),
+            on_state=node_events(layout.name, progress or NoProgress()),
+            stall_s=inputs.cluster.startup_stall_s,
+            report_s=inputs.cluster.startup_report_s,
+            on_log=node_log_events(layout.name, progress or NoProgress()),
+            log_max_bytes=inputs.cluster.logs.max_bytes,
+            keep_runs=inputs.cluster.logs.keep_runs,
+        )
+        lock_left: list[str] = []  # lock holders not confirmed ended at release
         with (
-            sampling(_sampler(inputs, executor, plan, folder, layout), result),
-            watching(watchdog, result),
-            tailing(tails, result),
+            sigterm_as_interrupt(),
+            _mock_clock(plan),
+            contextlib.ExitStack() as locked,  # released by teardown, once everything is stopped
+            _teardown(dep, inputs, layout, folder, result, say, (locked, lock_left)),
         ):
-            yield plan  # measured while every node's GPUs are sampled and its processes watched
+            locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say,
+                                             lock_left.extend))  # fmt: skip
+            # after the lock: a live run holds it, so what is found now was left by a dead one
+            earlier_runs(inputs, executor, plan, say)
+            addrs = node_addresses(inputs, executor, say)
+            if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
+                scope = f"{folder.name}/{layout.name}"
+                plan = dep.plan = plan_deployment(
+                    inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs
+                )
+                on_manifest(plan, None)
+            reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
+            on_reach(reach)
+            if reach.mode == "ssh_forward" and inputs.cluster.network.client == "ssh_forward":
+                result.notes.append(FORWARD_NOTE)
+            gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
+            on_manifest(plan, gpus or None)
+            network_preflight(executor, plan, say, reach)
+            check_router_version(inputs, executor, plan)
+            say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
+            dep.start()
+            environments = _with_gpus(
+                _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}", reach),
+                gpus,
+            )
+            on_manifest(plan, environments)
+            result.notes.extend(_version_notes(environments))
+            result.notes.extend(_router_model_notes(inputs, executor, plan))
+            warm_replicas(plan, reach)
+            (progress or NoProgress()).emit(BringUpDone(layout.name))
+            client = node_client(inputs, executor, dep, plan)
+            if client is not None:
+                on_client(client)
+            watchdog = _watchdog(inputs, executor, dep, abort)
+            tails = log_lines(executor, list(dep.handles.values()), layout.name,
+                              progress or NoProgress(),
+                              inputs.cluster.logs.tail_report_s)  # fmt: skip
+            with (
+                sampling(_sampler(inputs, executor, plan, folder, layout), result),
+                watching(watchdog, result),
+                tailing(tails, result),
+            ):
+                yield plan  # measured while every node's GPUs are sampled and its processes watched
 
 
 @contextlib.contextmanager
@@ -321,16 +329,23 @@ def _stamp_clock(plan: DeploymentPlan) -> Callable[[], float] | None:
 
 
 def _node_locks(
-    inputs: Inputs, plan: DeploymentPlan, run_id: str, say: Say
+    inputs: Inputs,
+    plan: DeploymentPlan,
+    run_id: str,
+    say: Say,
+    on_left: Callable[[list[str]], None],
 ) -> contextlib.AbstractContextManager[None]:
     """Every node the plan uses locked for the deployment's lifetime (SSH clusters): a second
-    run on them is refused at once (:class:`~pytest_kimi.deploy.locks.NodeBusy`)."""
+    run on them is refused at once (:class:`~pytest_kimi.deploy.locks.NodeBusy`). Holders
+    not confirmed ended at release go to ``on_left``."""
     from pytest_kimi.deploy.locks import holding
 
     nodes = [spec.node for spec in plan.processes]
+    name = plan.layout.name
     if inputs.cluster.executor == "ssh" and inputs.cluster.locks.enabled:
-        say(f"[kimi {plan.layout.name}] locking {len({n.name for n in nodes})} nodes")
-    return holding(inputs.cluster, nodes, run_id)
+        say(f"[kimi {name}] locking {len({n.name for n in nodes})} nodes")
+    return holding(inputs.cluster, nodes, run_id, say=lambda m: say(f"[kimi {name}] {m}"),
+                   on_left=on_left)  # fmt: skip
 
 
 def _watchdog(
@@ -356,9 +371,11 @@ def _teardown(
     folder: RunFolder,
     result: LayoutResult,
     say: Say,
+    locks: tuple[contextlib.ExitStack, list[str]],
 ) -> Iterator[None]:
-    """Whatever happens inside: record why it failed, stop everything, write the summary.
-    A Ctrl-C held during a clean teardown is delivered once everything is stopped."""
+    """Whatever happens inside: record why it failed, stop everything, release the nodes'
+    ``locks``, write the summary. A Ctrl-C held during a clean teardown is delivered once
+    everything is stopped."""
     from pytest_kimi.report.dataquality import notes as quality_notes
     from pytest_kimi.report.dataquality import scan_logs
 
@@ -371,7 +388,10 @@ def _teardown(
             result.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        leftovers = dep.stop()
+        leftovers = list(dep.stop())
+        held, left = locks
+        held.close()  # the holders not confirmed ended land in ``left``
+        leftovers += left
         say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
         findings = scan_logs(dep.log_dir, dep.log_marks)
         succeeded = sum(1 for r in result.records if r.success and not r.warmup)

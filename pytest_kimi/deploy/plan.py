@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
+from pytest_kimi.deploy.ports import PortBook
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 
 MOCK_MODULE = "pytest_kimi.mock.launch_server"
@@ -180,10 +181,13 @@ def plan_deployment(
     layout: Layout,
     *,
     ports: Iterable[int] | None = None,
+    book: PortBook | None = None,
     gpu_scope: str | None = None,
     addrs: Mapping[str, str] | None = None,
 ) -> DeploymentPlan:
     """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own);
+    else ``book`` books them on this machine until the deployment is gone
+    (:mod:`pytest_kimi.deploy.ports`; a dry run, which starts nothing, takes any free one);
     ``gpu_scope`` (``<run>/<layout>``) tells mock servers where to publish their GPUs;
     ``addrs`` (node name -> address, :func:`pytest_kimi.deploy.network.node_addresses`) are
     the data-network addresses resolved on the nodes, for nodes without ``addr``.
@@ -200,7 +204,9 @@ def plan_deployment(
     def port(value: int | None, host: str) -> int:
         if value is not None:
             return value
-        return next(supply) if supply is not None else free_port(host)
+        if supply is not None:
+            return next(supply)
+        return book.take(host) if book is not None else free_port(host)
 
     srv = cluster.server
     socket_env = cluster.network.socket_env()

@@ -36,6 +36,22 @@ print("released", flush=True)
 """
 
 
+# Takes every lock with a 1 s wait for EOF at release; says each step; releases on a line of
+# stdin and prints the holders it could not confirm ended.
+SLOW_RELEASE = """
+import json, sys
+from pytest_kimi.config import load_cluster
+from pytest_kimi.deploy.locks import NodeLocks, lock_dir, owner_line
+cluster = load_cluster(sys.argv[1])
+locks = NodeLocks(cluster.nodes, lock_dir(cluster), owner_line("slow-eof"), eof_s=1.0,
+                  say=lambda message: print("say:", message, flush=True))
+locks.acquire()
+print("held", flush=True)
+sys.stdin.readline()
+print("left:", json.dumps(locks.release()), flush=True)
+"""
+
+
 def _take(ssh_hosts, cluster: Path, run_id: str, **kwargs) -> subprocess.CompletedProcess:
     """Take every lock and give it back at once (stdin is empty)."""
     argv = [sys.executable, "-c", TAKER, str(cluster), run_id]
@@ -111,3 +127,36 @@ def test_the_lock_goes_with_a_sigkilled_holder(ssh_hosts, tmp_path):
         time.sleep(0.2)
     assert later.returncode == 0 and "held" in later.stdout, later.stdout + later.stderr
     _assert_no_processes(ssh_hosts)
+
+
+def test_a_holder_whose_eof_is_held_up_by_a_link_outage_is_ended_at_release(ssh_hosts, tmp_path):
+    # the EOF to node603's holder waits out TCP's back-off behind the dead link: release ends
+    # that holder over a new connection once the link is back, and no process is left
+    cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
+    node = ssh_hosts.host("node603")
+    argv = ssh_hosts.in_hub([sys.executable, "-c", SLOW_RELEASE, str(cluster)])
+    taker = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    said: list[str] = []
+    try:
+        assert taker.stdin is not None and taker.stdout is not None
+        assert taker.stdout.readline() == "held\n"
+        ssh_hosts.set_link(node, False)
+        taker.stdin.write("release\n")
+        taker.stdin.flush()
+        while not (line := taker.stdout.readline()).startswith("say:"):
+            assert line, "the taker ended without ending the slow holder"
+        said.append(line)  # its EOF is overdue: the link comes back, the new connection works
+        ssh_hosts.set_link(node, True)
+        while not (line := taker.stdout.readline()).startswith("left:"):
+            assert line, "the taker ended before its release returned"
+            said.append(line)
+        assert taker.wait(timeout=30) == 0
+    finally:
+        ssh_hosts.set_link(node, True)
+        if taker.poll() is None:
+            taker.kill()
+    assert json.loads(line.removeprefix("left:")) == []
+    assert len(said) == 1 and "lock holder on node603 " in said[0], said
+    assert "no answer to EOF in 1s" in said[0]
+    _assert_no_processes(ssh_hosts)  # at once: not when TCP's back-off lets the EOF through
