@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
 import httpx
 import numpy as np
@@ -105,3 +106,33 @@ def test_connection_policy(spawn, pooled):
         assert len(set(ports)) <= 2  # two concurrent connections, reused
     else:
         assert len(set(ports)) == 12
+
+
+def test_a_busy_client_loop_does_not_move_the_times_it_records(spawn):
+    # the client's own event loop is blocked 20 ms of every 25: chunks wait in the kernel,
+    # and the client still records when they arrived (the kernel's stamps), not when it read
+    url = _serve(spawn, 10.0)
+    specs = [RequestSpec(f"p{i}", f"r{i} " + "tok " * 64, 64) for i in range(8)]
+    options = ClientOptions(api="generate", output_len=16, concurrency=4)
+
+    async def busy_run() -> list:
+        done = asyncio.Event()
+
+        async def hog() -> None:
+            while not done.is_set():
+                time.sleep(0.02)  # blocks the loop: the point
+                await asyncio.sleep(0.005)
+
+        hogging = asyncio.create_task(hog())
+        try:
+            return await run_requests(url, specs, options)
+        finally:
+            done.set()
+            await hogging
+
+    records = asyncio.run(busy_run())
+    splits = match(records, httpx.get(url + "/truth").json())
+    back = np.array([[s.back_first, s.back_end] for s in splits])
+    assert back.min() >= -CAUSALITY_SLACK_MS
+    assert back.max() < 1.0, back  # a read-time stamp would be up to 20 ms late
+    assert np.abs([s.tpot for s in splits]).max() < 0.1
