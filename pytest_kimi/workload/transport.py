@@ -182,10 +182,12 @@ def _parse_head(head: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
 
 
 class _Reader:
-    """Reads a connection into its :class:`_Connection`, each read stamped with the kernel's
-    arrival time of its last segment (:mod:`~pytest_kimi.workload.kernelstamps`): never
-    earlier than any byte in it arrived, and not late by our event loop's lateness, unless
-    several chunks were waiting when the loop got to them. Stands in for asyncio's transport
+    """Reads a connection into its :class:`_Connection` with the kernel's arrival stamps
+    (:mod:`~pytest_kimi.workload.kernelstamps`), so a chunk is timed when it arrived, not
+    when our event loop got to it. Exact while the loop reads each chunk before the stream's
+    next one arrives: the kernel merges segments that wait in its queue and keeps the later
+    stamp, so a loop late by more than the gap between two chunks stamps the first with the
+    second's arrival (never earlier than it arrived). Stands in for asyncio's transport
     (``close``, ``get_extra_info``)."""
 
     def __init__(self, sock: socket.socket, conn: _Connection) -> None:
