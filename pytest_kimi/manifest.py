@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 _WORKLOAD_FIELDS = (
     "num_requests", "input_len", "output_len", "concurrency", "warmup_requests", "api", "seed",
-    "category", "request_timeout_s",
+    "category", "request_timeout_s", "clock_start",
 )  # fmt: skip
 
 

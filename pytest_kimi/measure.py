@@ -80,6 +80,7 @@ def measure(
         timeout_s=wl.request_timeout_s / inputs.time_scale,
         model=inputs.cluster.server.model_path,
         seed=wl.seed,
+        clock_start=wl.clock_start,
     )
     started: list[RequestRecord] = []
     completed: set[int] = set()  # id() of records whose request ran to its end
@@ -321,7 +322,7 @@ def client_turnaround(records: list[RequestRecord], concurrency: int) -> list[fl
     ``concurrency`` is the one the ``k``-th end made room for. Failed requests count (their
     end frees the slot too); a record without an end or a send ends the pairing."""
     measured = [r for r in records if not r.warmup]
-    sends = sorted(r.send_time for r in measured)
+    sends = sorted(r.latency_start for r in measured)
     ends = sorted(r.end_time for r in measured if r.end_time is not None)
     follow = sends[concurrency:]
     return [max(0.0, s - e) for s, e in zip(follow, ends, strict=False)]

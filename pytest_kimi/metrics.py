@@ -72,7 +72,7 @@ def _duration_s(records: Sequence[RequestRecord], time_scale: float) -> float:
     ends = [r.end_time for r in records if r.end_time is not None]
     if not records or not ends:
         return 0.0
-    start = min(r.send_time for r in records)
+    start = min(r.latency_start for r in records)
     return max(0.0, (max(ends) - start) * time_scale)
 
 
@@ -91,21 +91,21 @@ class _Latencies:
     ttfat: float | None = None  # to the first answer token; None when no answer streamed
 
 
-def _since_send(record: RequestRecord, time: float | None, ms: float) -> float | None:
-    return None if time is None else (time - record.send_time) * ms
+def _since_start(record: RequestRecord, time: float | None, ms: float) -> float | None:
+    return None if time is None else (time - record.latency_start) * ms
 
 
 def _request_latencies(record: RequestRecord, time_scale: float) -> _Latencies:
     """TPOT over all output tokens after the first, reasoning included (bench_serving's
     ``(latency - ttft) / (output_len - 1)`` with the server's output token count)."""
     ms = time_scale * 1000.0
-    ttft = _since_send(record, record.first_token_time, ms)
-    e2e = _since_send(record, record.end_time, ms)
+    ttft = _since_start(record, record.first_token_time, ms)
+    e2e = _since_start(record, record.end_time, ms)
     tpot = None
     n_out = record.output_tokens
     if ttft is not None and e2e is not None and n_out > 1:
         tpot = (e2e - ttft) / (n_out - 1)
-    ttfat = _since_send(record, record.first_answer_time, ms)
+    ttfat = _since_start(record, record.first_answer_time, ms)
     return _Latencies(ttft=ttft, tpot=tpot, e2e=e2e, ttfat=ttfat)
 
 
@@ -135,7 +135,7 @@ def _exact_peak(records: Sequence[RequestRecord], start: float, time_scale: floa
     for r in records:
         if r.end_time is None:
             continue
-        s = (r.send_time - start) * time_scale
+        s = (r.latency_start - start) * time_scale
         e = (r.end_time - start) * time_scale
         if e > s:
             events += [(s, 1), (e, -1)]
@@ -158,7 +158,7 @@ def _bucketed_peak(records: Sequence[RequestRecord], start: float, time_scale: f
     for r in records:
         if not r.success or r.end_time is None:
             continue
-        first = int((r.send_time - start) * time_scale)
+        first = int((r.latency_start - start) * time_scale)
         last = int((r.end_time - start) * time_scale)
         if last < first:
             continue
@@ -213,7 +213,7 @@ def summarize(
         itls += _inter_token_latencies(r, scale)
 
     duration = _duration_s(measured, scale)
-    start = min((r.send_time for r in measured), default=0.0)
+    start = min((r.latency_start for r in measured), default=0.0)
     total_in = sum(r.input_tokens for r in ok)
     total_out = sum(r.output_tokens for r in ok)
     total_reasoning = sum(r.reasoning_tokens for r in ok)

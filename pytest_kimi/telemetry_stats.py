@@ -177,7 +177,7 @@ def measured_span(records: Iterable[Any], series: TelemetrySeries) -> tuple[floa
     ends = [r.end_time for r in measured if r.end_time is not None]
     if not measured or not ends:
         return None
-    return series.to_t(min(r.send_time for r in measured)), series.to_t(max(ends))
+    return series.to_t(min(r.latency_start for r in measured)), series.to_t(max(ends))
 
 
 def summarize_telemetry(

@@ -137,6 +137,7 @@ class WorkloadConfig:
     goodput_ms: Mapping[str, float] = field(default_factory=dict)  # the same limits, parsed
     speedbench_config: str = "throughput_16k"  # config of a snapshot directory
     prompt: str = "raw"  # raw | chat_template | chat_template_or_raw
+    clock_start: str = "request"  # request (bench_serving's) | send: where TTFT and E2E start
 
 
 @dataclass(frozen=True)

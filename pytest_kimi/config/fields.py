@@ -17,6 +17,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 APIS = ("generate", "completions", "chat")
+CLOCK_STARTS = ("request", "send")  # where TTFT and E2E start (workload.clock_start)
 AUTO = "auto"
 
 

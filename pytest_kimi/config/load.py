@@ -244,4 +244,5 @@ def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
         goodput_ms=checks.goodput_ms(src, goodput),
         speedbench_config=workload.speedbench_config,
         prompt=workload.prompt,
+        clock_start=workload.clock_start,
     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_kimi.config.fields import (
     APIS,
+    CLOCK_STARTS,
     Argv,
     Count,
     Env,
@@ -231,6 +232,12 @@ class Workload(_Model):
     concurrency: Count = Field(description="Requests in flight at once.")
     warmup_requests: NonNegative = Field(1, description="Unmeasured requests sent first.")
     api: one_of(*APIS) = Field("generate", description="Server API the client calls.")
+    clock_start: one_of(*CLOCK_STARTS) = Field(
+        "request",
+        description="Where TTFT and E2E start: request (before the request is issued, "
+        "connecting included: sglang.bench_serving's definition) or send (when its first byte "
+        "is written, once connected).",
+    )
     seed: NonNegative = Field(0, description="Seed of row selection and arrivals.")
     category: Text | None = Field(None, description="Only SPEED-Bench rows of this category.")
     request_timeout_s: Seconds = Field(3600.0, description="Seconds one request may take.")

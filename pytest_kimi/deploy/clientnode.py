@@ -106,6 +106,9 @@ def shifted(record: RequestRecord, by: float) -> RequestRecord:
 
     record.send_time -= by
     record.start_time = move(record.start_time)
+    record.connect_time = move(record.connect_time)
+    record.connected_time = move(record.connected_time)
+    record.sent_time = move(record.sent_time)
     record.first_token_time = move(record.first_token_time)
     record.first_answer_time = move(record.first_answer_time)
     record.end_time = move(record.end_time)

@@ -120,7 +120,7 @@ def timeline_rows(records: Sequence[RequestRecord]) -> list[tuple[str, list[Requ
     names = sorted({r.replica or UNATTRIBUTED for r in records})
     return [
         (name, sorted((r for r in records if (r.replica or UNATTRIBUTED) == name),
-                      key=lambda r: r.send_time))
+                      key=lambda r: r.latency_start))
         for name in names
     ]  # fmt: skip
 
@@ -143,7 +143,7 @@ def _timeline_plot(
     for name in layouts:
         series = telemetry.get(name)
         if series is not None and series.samples:
-            first = min(r.send_time for r in _timed(records[name]))
+            first = min(r.latency_start for r in _timed(records[name]))
             curves[name] = curves_for(series, first)
     heights = []
     for name in layouts:
@@ -171,7 +171,7 @@ def _timeline_plot(
 
 def _span(measured: Sequence[RequestRecord], time_scale: float) -> tuple[float, float]:
     """The timeline's x range (the GPU panels, sampled before and after, are clipped to it)."""
-    start = min(r.send_time for r in measured)
+    start = min(r.latency_start for r in measured)
     end = max((r.end_time - start) * time_scale for r in measured if r.end_time is not None)
     pad = 0.02 * max(end, 1e-9)
     return -pad, end + pad
@@ -184,12 +184,12 @@ def _draw_timeline(
     time_scale: float,
     counters: Counters,
 ) -> None:
-    start = min(r.send_time for r in measured)
+    start = min(r.latency_start for r in measured)
     y = 0
     ticks = []
     for rep, rows in timeline_rows(measured):
         for r in rows:
-            send = (r.send_time - start) * time_scale
+            send = (r.latency_start - start) * time_scale
             end = (r.end_time - start) * time_scale
             first = (r.first_token_time - start) * time_scale if r.first_token_time else end
             color = "tab:red" if not r.success else "tab:blue"
@@ -228,7 +228,7 @@ def _throughput_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale:
         measured = [r for r in recs if not r.warmup]
         if not measured:
             continue
-        start = min(r.send_time for r in measured)
+        start = min(r.latency_start for r in measured)
         times = [(c.time - start) * time_scale for r in measured for c in r.chunks]
         tokens = [c.tokens for r in measured for c in r.chunks]
         if not times:

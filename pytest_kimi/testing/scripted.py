@@ -1,24 +1,33 @@
-"""A ground-truth server: streams SGLang ``/generate`` and ``/v1/chat/completions`` chunks on a
-per-request script.
+"""A ground-truth server: streams SGLang's ``/generate``, ``/v1/completions`` and
+``/v1/chat/completions`` chunks on a per-request script, and records what it really did.
 
 Used to check a client's timing, not to model a GPU. Each request's script (time to first
 token, gap between tokens, tokens per chunk, and for chat how many leading tokens are
-reasoning) comes from the request itself (``sampling_params.script``; chat: a top-level
-``script``) or, for clients that cannot send one (``sglang.bench_serving``), from a seeded
-generator keyed by arrival order.
+reasoning) comes from the request itself (``sampling_params.script``; OpenAI APIs: a
+top-level ``script``) or, for clients that cannot send one (``sglang.bench_serving``), from a
+seeded generator keyed by arrival order.
 
-``/generate`` scripts are anchored at the moment the client sent the request when the client
-says so (``X-Kimi-Sent-At``, on ``time.perf_counter``: CLOCK_MONOTONIC, shared by all
-processes on the machine), else at the request's arrival. Chat scripts always run on the
-server's own clock, anchored at arrival, as a real server's do: the client's clock has no say
-in what the server did. Chat chunks are SGLang 0.5.9's (``serving_chat.py`` with a reasoning
-parser): a role chunk, ``delta.reasoning_content`` chunks, then ``delta.content`` chunks, a
-finish chunk, the usage chunk when ``stream_options.include_usage`` asks (per-chunk usage with
-``continuous_usage_stats``). It is a bare asyncio protocol rather than a web
-framework on purpose: arrival is stamped in ``data_received`` and every chunk's write right
-after ``transport.write`` (and just before it: a preemption inside the write is the server's,
-not the client's), with no framework queueing in between. ``GET /truth`` returns what
-happened, per request, with the client's port.
+The truth takes nothing from the client. Every script runs on the server's own clock from its
+handler's entry: the instant the request's head is parsed, before its body is read (``head``),
+as a web framework's handler starts. Around it the server stamps when the kernel handed it the
+connection (``accepted``), the request's first byte (``first_byte``) and its whole body
+(``received``); each chunk just before and just after its write, and the same for
+``[DONE]``. Stamps are ``time.perf_counter``: CLOCK_MONOTONIC, system-wide on Linux, so a
+client on this machine can place its own stamps on the same clock and split its error by
+phase (see ``benchmarks/client_accuracy.py``). A late event loop is told apart too: the
+kernel stamps each request's first segment as it arrives (``kernel_first``: SO_TIMESTAMPNS,
+:mod:`pytest_kimi.testing.rawsocket`), so ``first_byte - kernel_first`` is how late this
+server's own loop read the request, never the client's doing; each chunk keeps its scripted
+``deadline`` beside its write stamps.
+
+Chunks are SGLang 0.5.9's. ``/generate``: cumulative ``text`` and ``meta_info``. Completions
+(``serving_completions.py``): ``text_completion`` chunks, a final usage chunk when
+``stream_options.include_usage`` asks. Chat (``serving_chat.py`` with a reasoning parser): a
+role chunk, ``delta.reasoning_content`` chunks, then ``delta.content`` chunks, a finish chunk,
+the usage chunk when asked (per-chunk usage with ``continuous_usage_stats``). It is a bare
+asyncio protocol rather than a web framework on purpose: arrival is stamped in
+``data_received`` and every chunk's write right around ``transport.write``, with no framework
+queueing in between. ``GET /truth`` returns what happened, per request, with the client's port.
 
 Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
 """
@@ -35,6 +44,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytest_kimi.testing.rawsocket import serve_raw
 
 
 @dataclass
@@ -74,34 +85,48 @@ class _Protocol(asyncio.Protocol):
     def __init__(self, state: State) -> None:
         self.state = state
         self.buffer = b""
-        self.arrived = 0.0
-        self.anchor = 0.0  # the client's send time when it tells us, else our arrival
+        self.accepted = 0.0  # the connection reached our loop
+        self.first_byte = 0.0  # the request's first bytes reached our loop
+        self.head_at = 0.0  # its head was parsed: the handler's entry, the script's anchor
+        self.arrived = 0.0  # its body was complete
+        self.head: tuple[str, str, dict[str, str], int] | None = None
+        self.kernel_at: float | None = None  # set by the transport before each read
+        self.kernel_first: float | None = None  # the request's first segment reached the kernel
         self.keep_alive = False  # keep-alive clients get chunked bodies on a reused connection
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.accepted = time.perf_counter()
+
+    def between_requests(self) -> bool:
+        """No request is being read: the next byte starts one (its arrival is stamped)."""
+        return not self.buffer and self.head is None
 
     def data_received(self, data: bytes) -> None:
-        if not self.buffer:
-            self.arrived = time.perf_counter()
+        now = time.perf_counter()
+        if self.between_requests():
+            self.first_byte, self.kernel_first = now, self.kernel_at
         self.buffer += data
-        head, sep, body = self.buffer.partition(b"\r\n\r\n")
-        if not sep:
+        if self.head is None:
+            head, sep, rest = self.buffer.partition(b"\r\n\r\n")
+            if not sep:
+                return
+            self.head_at = now  # the handler starts here, before the body is read
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            headers = {
+                k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
+            }
+            self.head = (method, path, headers, int(headers.get("content-length", "0")))
+            self.buffer = rest
+        method, path, headers, length = self.head
+        if len(self.buffer) < length:
             return
-        lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = lines[0].split(" ", 2)
-        headers = {
-            k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
-        }
-        length = int(headers.get("content-length", "0"))
-        if len(body) < length:
-            return
-        self.buffer = b""
+        body, self.buffer, self.head = self.buffer[:length], b"", None
+        self.arrived = now
         self.keep_alive = headers.get("connection", "").lower() != "close"
-        sent_at = headers.get("x-kimi-sent-at")
-        self.anchor = float(sent_at) if sent_at else self.arrived
-        asyncio.get_running_loop().create_task(self.handle(method, path, body[:length]))
+        asyncio.get_running_loop().create_task(self.handle(method, path, body))
 
     def _send(self, status: str, content_type: str, payload: bytes) -> None:
         assert self.transport is not None
@@ -115,6 +140,8 @@ class _Protocol(asyncio.Protocol):
     async def handle(self, method: str, path: str, body: bytes) -> None:
         if method == "POST" and path == "/generate":
             await self.generate(json.loads(body or b"{}"))
+        elif method == "POST" and path == "/v1/completions":
+            await self.completions(json.loads(body or b"{}"))
         elif method == "POST" and path == "/v1/chat/completions":
             await self.chat(json.loads(body or b"{}"))
         elif path == "/truth":
@@ -128,7 +155,7 @@ class _Protocol(asyncio.Protocol):
         else:
             self._send("404 Not Found", "text/plain", b"not found")
 
-    def _entry(self, script: dict[str, Any], text: str, anchor: float) -> dict[str, Any]:
+    def _entry(self, script: dict[str, Any], text: str) -> dict[str, Any]:
         """The request's truth record, appended to ``/truth`` at once."""
         assert self.transport is not None
         peer = self.transport.get_extra_info("peername")
@@ -137,10 +164,15 @@ class _Protocol(asyncio.Protocol):
             "prompt_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "prompt_tokens": len(text.split()),
             "peer": list(peer) if peer else None,
+            "accepted": self.accepted,
+            "kernel_first": self.kernel_first,  # None on a transport without kernel stamps
+            "first_byte": self.first_byte,
+            "head": self.head_at,
             "received": self.arrived,
-            "anchor": anchor,
+            "handler": time.perf_counter(),  # the body parsed: the script may begin
+            "anchor": self.head_at,
             "script": script,
-            "chunks": [],  # [written after, tokens, written before, kind]
+            "chunks": [],  # [written after, tokens, written before, kind, deadline]
         }
         self.state.truth.append(entry)
         return entry
@@ -162,9 +194,13 @@ class _Protocol(asyncio.Protocol):
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + framing + b"\r\n\r\n"
         )
 
-        def send(data: bytes) -> None:
+        async def send(data: bytes) -> None:
+            """Write; return once the bytes are in the kernel (the client may read them)."""
             assert self.transport is not None
             self.transport.write(b"%x\r\n%s\r\n" % (len(data), data) if keep else data)
+            drain = getattr(self.transport, "drain", None)
+            if drain is not None:
+                await drain()
 
         total = script["max_new_tokens"]
         reasoning = min(total, max(0, int(script.get("reasoning_tokens", 0))))
@@ -180,13 +216,13 @@ class _Protocol(asyncio.Protocol):
             done += n
             data = render(done, n, kind)
             before = time.perf_counter()
-            send(data)
-            entry["chunks"].append([time.perf_counter(), n, before, kind])
+            await send(data)
+            entry["chunks"].append([time.perf_counter(), n, before, kind, deadline])
             deadline += script["itl_ms"] / 1000 * n
         entry["completion_tokens"], entry["reasoning_tokens"] = done, reasoning
         data = tail(done) + b"data: [DONE]\n\n"
         entry["end_before"] = time.perf_counter()
-        send(data)
+        await send(data)
         entry["end"] = time.perf_counter()
         if keep:
             self.transport.write(b"0\r\n\r\n")
@@ -196,7 +232,7 @@ class _Protocol(asyncio.Protocol):
     async def generate(self, body: dict[str, Any]) -> None:
         script = make_script(body, self.state.defaults, len(self.state.truth))
         script["reasoning_tokens"] = 0  # /generate has no reasoning field (SGLang 0.5.9)
-        entry = self._entry(script, body.get("text") or "", self.anchor)
+        entry = self._entry(script, body.get("text") or "")
         total = script["max_new_tokens"]
 
         def render(done: int, n: int, kind: str) -> bytes:
@@ -210,11 +246,45 @@ class _Protocol(asyncio.Protocol):
 
         await self._stream(entry, render)
 
+    async def completions(self, body: dict[str, Any]) -> None:
+        script = make_script(body, self.state.defaults, len(self.state.truth))
+        script["reasoning_tokens"] = 0  # completions have no reasoning field (SGLang 0.5.9)
+        prompt = body.get("prompt") or ""
+        entry = self._entry(script, prompt if isinstance(prompt, str) else str(prompt))
+        options = body.get("stream_options") or {}
+        rid, model = f"cmpl-{entry['index']}", body.get("model", "default")
+        created, total = int(time.time()), script["max_new_tokens"]
+
+        def render(done: int, n: int, kind: str) -> bytes:
+            choice = {"index": 0, "text": " tok" * n, "logprobs": None,
+                      "finish_reason": "length" if done == total else None,
+                      "matched_stop": None}  # fmt: skip
+            usage = _usage(entry, done) if options.get("continuous_usage_stats") else None
+            data = {"id": rid, "object": "text_completion", "created": created, "model": model,
+                    "choices": [choice], "usage": usage}  # fmt: skip
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        def tail(done: int) -> bytes:
+            if not options.get("include_usage"):
+                return b""
+            usage = {k: v for k, v in _usage(entry, done).items() if v is not None}
+            data = {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }  # fmt: skip  (exclude_none, as 0.5.9)
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        await self._stream(entry, render, tail)
+
     async def chat(self, body: dict[str, Any]) -> None:
         script = make_script(body, self.state.defaults, len(self.state.truth))
         messages = body.get("messages") or []
         text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-        entry = self._entry(script, text, self.arrived)  # the server's clock, nobody else's
+        entry = self._entry(script, text)
         options = body.get("stream_options") or {}
         rid, model = f"chatcmpl-{entry['index']}", body.get("model", "default")
 
@@ -224,14 +294,7 @@ class _Protocol(asyncio.Protocol):
             return f"data: {json.dumps(data)}\n\n".encode()
 
         def usage(done: int) -> dict[str, Any]:
-            prompt = entry["prompt_tokens"]
-            return {
-                "prompt_tokens": prompt,
-                "total_tokens": prompt + done,
-                "completion_tokens": done,
-                "prompt_tokens_details": None,
-                "reasoning_tokens": 0,
-            }  # fmt: skip  (0.5.9's chat never fills it)
+            return _usage(entry, done)
 
         def render(done: int, n: int, kind: str) -> bytes:
             delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
@@ -253,6 +316,13 @@ class _Protocol(asyncio.Protocol):
         await self._stream(entry, render, tail)
 
 
+def _usage(entry: dict[str, Any], done: int) -> dict[str, Any]:
+    """SGLang 0.5.9's ``UsageInfo`` (its chat never fills ``reasoning_tokens``)."""
+    prompt = entry["prompt_tokens"]
+    return {"prompt_tokens": prompt, "total_tokens": prompt + done, "completion_tokens": done,
+            "prompt_tokens_details": None, "reasoning_tokens": 0}  # fmt: skip
+
+
 def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
             "matched_stop": None}  # fmt: skip
@@ -260,10 +330,7 @@ def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 async def serve(host: str, port: int, defaults: Defaults) -> None:
     state = State(defaults)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Protocol(state), host, port, backlog=1024)
-    async with server:
-        await server.serve_forever()
+    await serve_raw(lambda: _Protocol(state), host, port)
 
 
 def main() -> None:

@@ -7,12 +7,14 @@ bench_serving 0.5.9, which times only ``delta.content``, generated text includes
 model's ``delta.reasoning_content``: TTFT is the first token of any kind, and the first answer
 token is recorded next to it (see :class:`_StreamParser`).
 
-When the clock starts: bench_serving reads it before opening a connection, so its TTFT also
-holds connection set-up and the client library's own work before the first byte leaves. We
-keep that instant as ``start_time`` but start TTFT and E2E at ``send_time``: when httpx begins
-writing the request headers (its trace hook), i.e. just before the request is sent. On
-loopback that removes 0.5-3 ms of client-side noise per request, more under load, and far
-more for the first burst of a run, where many connections are set up at once.
+When the clock starts (``ClientOptions.clock_start``, ``workload.clock_start``): by default
+where bench_serving starts it, "request": the instant the request is issued, before the
+connection is opened, so TTFT and E2E hold connecting, sending and everything the server does.
+"send" starts them when the request's first byte is written, once connected. Every record
+keeps both instants, the connection's open and the request's last byte in the kernel
+(``records.py``), whichever is chosen. What is the client's own work is done before the
+clock starts: the body is serialised first (orjson), and a turn the shared mock clock makes a
+request wait for is not counted.
 
 Connection policy: by default every request opens a new connection (``pooled=False``), as
 bench_serving does with one aiohttp session per request. Streaming through the SGLang Router
@@ -37,11 +39,12 @@ import httpx
 import orjson
 
 from pytest_kimi.workload.abort import Abort
-from pytest_kimi.workload.clocks import WALL, RunClock
+from pytest_kimi.workload.clocks import WALL, RunClock, WallClock
 from pytest_kimi.workload.records import Chunk, RequestRecord
-from pytest_kimi.workload.transport import MeasuringTransport
+from pytest_kimi.workload.transport import MeasuringTransport, Phases
 
 loads = orjson.loads
+JSON_HEADERS = {"Content-Type": "application/json"}
 DRAIN_S = 1.0  # after [DONE], how long to wait for the body to end before letting it go
 
 API_PATHS = {
@@ -63,6 +66,7 @@ class ClientOptions:
     pooled: bool = False
     model: str = "default"
     seed: int = 0
+    clock_start: str = "request"  # where TTFT and E2E start: "request" | "send" (records.py)
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,8 @@ async def send_one(
     failure) is back, so requests sent at one instant reach the server in order."""
     parser = _StreamParser(api)
     held = holds or Holds(WALL)
+    content = orjson.dumps(body)  # our own work: done before the request's clock starts
+    phases = Phases()
     record.start_time = record.send_time = clock()
     answered = False
 
@@ -259,9 +265,17 @@ async def send_one(
     turn = _Turn(in_order)
     try:
         async with asyncio.timeout(timeout_s):
-            await turn.take()
-            stream = http.stream("POST", url, json=body, extensions={"trace": trace})
+            if in_order is not None:  # a turn is ours to wait for, not the request's time
+                await turn.take()
+                record.start_time = record.send_time = clock()
+            extensions = {"trace": trace, "kimi_phases": phases}
+            stream = http.stream("POST", url, content=content, headers=JSON_HEADERS,
+                                 extensions=extensions)  # fmt: skip
             async with stream as response:
+                if phases.connecting is not None:  # issued: the transport began to connect
+                    record.start_time = phases.connecting
+                record.connect_time, record.connected_time = phases.connecting, phases.connected
+                record.sent_time = phases.sent
                 turn.give()
                 record.status = response.status_code
                 answered = response.status_code == 200  # the server took the request in
@@ -343,13 +357,15 @@ async def _read_events(
                 record.chunks.append(Chunk(now, tokens))
 
 
-def _client(pooled: bool, timeout_s: float, clock: Callable[[], float]) -> httpx.AsyncClient:
+def _client(
+    pooled: bool, timeout_s: float, clock: Callable[[], float], *, kernel_stamps: bool = False
+) -> httpx.AsyncClient:
     """Fresh connections through :class:`MeasuringTransport`, or httpx's keep-alive pool."""
     timeout = httpx.Timeout(timeout_s, connect=30.0)
     if pooled:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
-    transport = MeasuringTransport(clock=clock)
+    transport = MeasuringTransport(clock=clock, kernel_stamps=kernel_stamps)
     return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
 
 
@@ -376,7 +392,9 @@ async def run_requests(
     records: list[RequestRecord] = []
     hooks = (on_start, on_done)
     with _no_gc_pauses(), clock.attach():
-        async with _client(options.pooled, options.timeout_s, clock.now) as http:
+        wall = isinstance(clock, WallClock)  # the kernel's stamps are on wall time only
+        async with _client(options.pooled, options.timeout_s, clock.now,
+                           kernel_stamps=wall) as http:  # fmt: skip
             work = _send_all(http, url, requests, options, warmup, hooks, records, clock)
             await (work if abort is None else abort.guard(work))
     return records
@@ -519,4 +537,5 @@ def _new_record(
         nominal_input_tokens=spec.nominal_tokens,
         max_output_tokens=options.output_len,
         warmup=warmup,
+        clock_start=options.clock_start,
     )

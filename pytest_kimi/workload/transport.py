@@ -7,7 +7,12 @@ with a bare asyncio protocol: the socket's data is parsed where it arrives
 (``data_received``), every body piece carries the time it arrived, and a response ends with
 its connection (``Connection: close``), as ``sglang.bench_serving`` does with a new session per
 request. Readers get the arrival time of the piece they hold from
-``response.extensions["kimi_arrival"]`` (an :class:`Arrival`).
+``response.extensions["kimi_arrival"]`` (an :class:`Arrival`). A request may carry a
+:class:`Phases` (``extensions["kimi_phases"]``): the transport stamps when its connection
+opened and when its last byte was in the kernel, so a request's time before the server saw
+it can be split into connecting and sending.
+
+The transport sends nothing a real client would not: the server learns nothing of our clock.
 
 HTTP/1.1 only, which is what SGLang, its router and our mock speak; bodies are read by
 Content-Length, chunked transfer coding, or until close.
@@ -16,11 +21,19 @@ Content-Length, chunked transfer coding, or until close.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import select
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+
+from pytest_kimi.workload import kernelstamps
+
+READ_SIZE = 262144
 
 
 @dataclass
@@ -28,6 +41,16 @@ class Arrival:
     """When the body piece most recently handed to the reader arrived."""
 
     time: float = 0.0
+
+
+@dataclass
+class Phases:
+    """When a request's connecting began, its connection opened and its last byte was in
+    the kernel."""
+
+    connecting: float | None = None
+    connected: float | None = None
+    sent: float | None = None
 
 
 class ProtocolError(httpx.RemoteProtocolError):
@@ -50,8 +73,9 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        now = self.clock()
+    def data_received(self, data: bytes, at: float | None = None) -> None:
+        """``at``: when the kernel received ``data`` (its last segment), if it said."""
+        now = self.clock() if at is None else at
         self.buffer += data
         try:
             self._parse(now)
@@ -157,6 +181,49 @@ def _parse_head(head: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
     return int(parts[1]), headers
 
 
+class _Reader:
+    """Reads a connection into its :class:`_Connection` with the kernel's arrival stamps
+    (:mod:`~pytest_kimi.workload.kernelstamps`), so a chunk is timed when it arrived, not
+    when our event loop got to it. Exact while the loop reads each chunk before the stream's
+    next one arrives: the kernel merges segments that wait in its queue and keeps the later
+    stamp, so a loop late by more than the gap between two chunks stamps the first with the
+    second's arrival (never earlier than it arrived). Stands in for asyncio's transport
+    (``close``, ``get_extra_info``)."""
+
+    def __init__(self, sock: socket.socket, conn: _Connection) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.sock, self.conn, self.closed = sock, conn, False
+        conn.connection_made(self)  # type: ignore[arg-type]
+        self.loop.add_reader(sock.fileno(), self._read)
+
+    def _read(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(READ_SIZE, kernelstamps.ANCILLARY_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._end(exc)
+            return
+        if not data:
+            self._end(None)
+            return
+        self.conn.data_received(data, kernelstamps.stamp(ancillary))
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return {"socket": self.sock}.get(name, default)
+
+    def close(self) -> None:
+        self._end(None)
+
+    def _end(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        self.conn.connection_lost(exc)
+
+
 class _Body(httpx.AsyncByteStream):
     def __init__(self, conn: _Connection, arrival: Arrival) -> None:
         self.conn, self.arrival = conn, arrival
@@ -180,9 +247,16 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
     """httpx transport: new connection per request, body pieces stamped on arrival."""
 
     def __init__(
-        self, connect_timeout: float = 30.0, clock: Callable[[], float] = time.perf_counter
+        self,
+        connect_timeout: float = 30.0,
+        clock: Callable[[], float] = time.perf_counter,
+        *,
+        kernel_stamps: bool = False,
     ):
-        self.connect_timeout, self.clock = connect_timeout, clock
+        """``kernel_stamps``: stamp arrivals with the kernel's receive times (only when
+        ``clock`` is ``time.perf_counter``: those are on its clock)."""
+        self.connect_timeout, self.clock, self.kernel_stamps = connect_timeout, clock, kernel_stamps
+        self._addresses: dict[tuple[str, int], tuple[int, tuple]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -191,34 +265,31 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
                 f"MeasuringTransport speaks plain http, not {url.scheme}"
             )
         trace = request.extensions.get("trace")
+        phases: Phases = request.extensions.get("kimi_phases") or Phases()
         loop = asyncio.get_running_loop()
         port = url.port or 80
+        message = _message(request, await request.aread())  # our work: before the clock
+        family, address = await self._address(url.host, port)
+        phases.connecting = self.clock()
+        sock = await self._connect(family, address, f"{url.host}:{port}")
+        phases.connected = self.clock()
+        conn: _Connection | None = None
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self.clock), url.host, port),
-                self.connect_timeout,
-            )
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise httpx.ConnectError(f"cannot connect to {url.host}:{port}: {exc}") from exc
-        body = await request.aread()
-        target = url.raw_path.decode("ascii")
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"connection"]
-        lines = [f"{request.method} {target} HTTP/1.1".encode()]
-        lines += [k + b": " + v for k, v in headers]
-        lines += [b"Connection: close"]
-        if body and b"content-length" not in {k.lower() for k, _ in headers}:
-            lines.append(f"Content-Length: {len(body)}".encode())
-        if trace is not None:
-            await trace("http11.send_request_headers.started", {"request": request})
-        # the send instant on CLOCK_MONOTONIC: a ground-truth server on this machine anchors
-        # its script there; any other server ignores an unknown header
-        lines.append(f"X-Kimi-Sent-At: {self.clock():.9f}".encode())
-        assert conn.transport is not None
-        conn.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
-        try:
+            if trace is not None:
+                await trace("http11.send_request_headers.started", {"request": request})
+            await loop.sock_sendall(sock, message)  # returns at once when the kernel took it
+            phases.sent = self.clock()
+            conn = _Connection(self.clock)
+            if self.kernel_stamps and kernelstamps.enable(sock):
+                _Reader(sock, conn)
+            else:
+                await loop.create_connection(lambda: conn, sock=sock)
             status, response_headers = await conn.head
         except BaseException:
-            conn.transport.close()
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            else:
+                sock.close()
             raise
         arrival = Arrival()
         return httpx.Response(
@@ -227,3 +298,64 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
             stream=_Body(conn, arrival),
             extensions={"kimi_arrival": arrival, "http_version": b"HTTP/1.1"},
         )
+
+    async def _address(self, host: str, port: int) -> tuple[int, tuple]:
+        """Where ``host:port`` is, resolved once per client: a name lookup is the client's
+        work, not the request's time."""
+        key = (host, port)
+        if key not in self._addresses:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+            family, _, _, _, address = infos[0]
+            self._addresses[key] = (family, address)
+        return self._addresses[key]
+
+    async def _connect(self, family: int, address: tuple, where: str) -> socket.socket:
+        """A connected non-blocking socket. Nothing yields to the event loop while the
+        connection opens at once (loopback, a near peer): the request's time holds the
+        kernel's handshake, never other streams' turns."""
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            code = sock.connect_ex(address)
+            if code == errno.EINPROGRESS and not select.select([], [sock], [], 0)[1]:
+                await asyncio.wait_for(_writable(sock), self.connect_timeout)
+            elif code not in (0, errno.EINPROGRESS):
+                raise OSError(code, os.strerror(code))
+            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise OSError(code, os.strerror(code))
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            raise httpx.ConnectError(f"cannot connect to {where}: {exc}") from exc
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+
+async def _writable(sock: socket.socket) -> None:
+    """Until ``sock`` is writable (its connection opened, or failed)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(sock.fileno())
+
+
+def _message(request: httpx.Request, body: bytes) -> bytes:
+    """The request's bytes on the wire: HTTP/1.1, ``Connection: close``."""
+    target = request.url.raw_path.decode("ascii")
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"connection"]
+    lines = [f"{request.method} {target} HTTP/1.1".encode()]
+    lines += [k + b": " + v for k, v in headers]
+    lines += [b"Connection: close"]
+    if body and b"content-length" not in {k.lower() for k, _ in headers}:
+        lines.append(f"Content-Length: {len(body)}".encode())
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body

@@ -6,12 +6,13 @@ A reasoning model behind SGLang (0.5.9, ``--reasoning-parser``) streams its thin
 SGLang's chunks and keeps its own record of what it did, on its own clock.
 
 What "the server's truth" means here. The server runs each request's script from the instant
-the request reached its handler (``data_received``), never from anything the client says (it
-ignores ``X-Kimi-Sent-At``), and stamps every write with ``time.perf_counter``: when it wrote
+the request reached its handler (its head parsed), never from anything the client says, and
+stamps every write with ``time.perf_counter``: when it wrote
 the first token, the first answer token, ``[DONE]``. ``perf_counter`` is CLOCK_MONOTONIC,
 system-wide on Linux, so those instants and the client's are on one clock. The client's TTFT
-runs from its send to the first chunk's arrival; the truth it must match is from the same send
-to the server's first write: TTFT_true = first write - send (TTFAT likewise), TPOT_true =
+runs from the request's start (issued, before connecting: bench_serving's) to the first
+chunk's arrival; the truth it must match is from the same start to the server's first write:
+TTFT_true = first write - start (TTFAT likewise), TPOT_true =
 (``[DONE]`` write - first write) / (output tokens - 1), bench_serving's definition. What is
 left, client - truth, is the client's own error: the chunk's trip back over loopback plus the
 client's parsing and event loop. It can never be negative (a chunk seen before it was written
@@ -87,19 +88,19 @@ def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
     by_id = {f"chatcmpl-{e['index']}": e for e in truth}
     client = per_request_ms(measured)  # the figures a user reads, in record order
     errors: dict[str, list[float]] = {"ttft": [], "ttfat": [], "tpot": []}
-    there: list[float] = []  # the request's trip: client send -> server handler
+    there: list[float] = []  # the request's trip: client start -> server handler
     for i, record in enumerate(measured):
         entry = by_id[record.request_id]
-        assert entry["anchor"] == entry["received"]  # the server kept its own clock
+        assert entry["anchor"] == entry["head"]  # the server kept its own clock
         w = _server_writes(entry)
         truth = {
-            "ttft": (w["first"] - record.send_time) * 1000,
-            "ttfat": (w["answer"] - record.send_time) * 1000,
+            "ttft": (w["first"] - record.latency_start) * 1000,
+            "ttfat": (w["answer"] - record.latency_start) * 1000,
             "tpot": (w["done"] - w["first"]) * 1000 / (entry["completion_tokens"] - 1),
         }
         for key in errors:
             errors[key].append(client[key][i] - truth[key])
-        there.append((entry["received"] - record.send_time) * 1000)
+        there.append((entry["head"] - record.latency_start) * 1000)
         # token counts: exact, from the server's usage and its reasoning chunks
         assert record.output_tokens == entry["completion_tokens"] == TOTAL
         assert record.reasoning_tokens == entry["reasoning_tokens"] == REASONING

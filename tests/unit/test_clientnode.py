@@ -150,6 +150,18 @@ def test_shifted_keeps_unset_times_unset() -> None:
     assert record.send_time == 3.0 and record.first_token_time is None and record.end_time is None
 
 
+def test_shifted_moves_every_time_a_record_holds() -> None:
+    names = [f.name for f in dataclasses.fields(RequestRecord) if f.name.endswith("_time")]
+    record = RequestRecord(0, "p", 1, 1, chunks=[Chunk(10.0, 1)])
+    for k, name in enumerate(names):
+        setattr(record, name, 10.0 + k)
+    moved = shifted(record, 2.0)
+    assert {name: getattr(moved, name) for name in names} == {
+        name: 8.0 + k for k, name in enumerate(names)
+    }
+    assert moved.chunks == [Chunk(8.0, 1)]
+
+
 def test_the_spec_file_carries_requests_and_options_both_ways(tmp_path: Path) -> None:
     options = ClientOptions(api="chat", output_len=7, concurrency=3, seed=4)
     reqs, warm = [RequestSpec("a", "text ü", 16)], [RequestSpec("w", "warm", 16)]

@@ -638,6 +638,8 @@ def test_strict_top_level_values(tmp_path: Path, line: str, field: str, problem:
         ("  concurrency: 2", "  percentiles: [50, 0]", "workload.percentiles", "0 is not a perc"),
         ("  concurrency: 2", "  percentiles: []", "workload.percentiles", "expected a list of"),
         ("  concurrency: 2", "  api: grpc", "workload.api", "'grpc' is not one of generate,"),
+        ("  concurrency: 2", "  clock_start: connect", "workload.clock_start",
+         "'connect' is not one of request, send"),
         ("  node: n1", "  wrapper: docker", "router.wrapper", "expected a list of command-line"),
         ("  node: n1", "  env: {1A: x}", "router.env.1A", "not a valid environment variable"),
         ("  node: n1", "  node: 'n 1'", "router.node", "'n 1' is not a plain name"),

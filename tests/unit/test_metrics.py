@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -681,3 +682,27 @@ def test_records_of_an_older_run_take_the_first_token_as_the_first_answer() -> N
     assert RequestRecord.from_dict(json.loads(reasoning_record(0, 0.0, 3, 2).to_json())) == (
         reasoning_record(0, 0.0, 3, 2)
     )
+
+
+def test_latencies_start_where_the_record_says_bench_servings_by_default():
+    # issued at 1.0, connected and sent at 1.2, first token at 1.5, end at 2.0
+    record = rec(0, 1.2, 1.5, 2.0, [(1.5, 1), (2.0, 1)])
+    record.start_time = 1.0
+    from_request = summarize([replace(record, clock_start="request")])
+    from_send = summarize([replace(record, clock_start="send")])
+    assert from_request.ttft_ms.mean == pytest.approx(500.0)
+    assert from_request.e2e_ms.mean == pytest.approx(1000.0)
+    assert from_request.duration_s == pytest.approx(1.0)
+    assert from_send.ttft_ms.mean == pytest.approx(300.0)
+    assert from_send.e2e_ms.mean == pytest.approx(800.0)
+    assert from_send.tpot_ms.mean == pytest.approx(from_request.tpot_ms.mean)
+    assert from_request.tpot_ms.mean == pytest.approx(500.0)
+
+
+def test_a_record_written_before_the_choice_existed_reads_back_timed_from_its_send():
+    data = json.loads(rec(0, 1.2, 1.5, 2.0).to_json())
+    for name in ("clock_start", "connect_time", "connected_time", "sent_time"):
+        del data[name]
+    data["start_time"] = 1.0
+    old = RequestRecord.from_dict(data)
+    assert old.clock_start == "send" and old.latency_start == 1.2

@@ -1,0 +1,61 @@
+"""When bytes reached a socket, as the kernel stamped them (Linux ``SO_TIMESTAMPNS``).
+
+A process reads a socket when its event loop gets round to it: a busy loop, or a CPU taken
+by another process, makes every time stamped at the read late. The kernel stamps each TCP
+segment as it arrives, and ``recvmsg`` hands that stamp over: a time no lateness of ours can
+move. Stamps are CLOCK_REALTIME; :func:`to_monotonic` puts them on CLOCK_MONOTONIC
+(``time.perf_counter``, the clock of every other stamp here) by the offset between the two
+clocks read at that moment.
+
+Where the option does not exist (not Linux) :func:`enable` says so and readers fall back to
+the time they read.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if hasattr(socket, "SO_BINDTODEVICE") else 0)
+ANCILLARY_SIZE = 64
+
+
+def enable(sock: socket.socket) -> bool:
+    """Have the kernel stamp what ``sock`` receives; False where it cannot."""
+    if not SO_TIMESTAMPNS:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def offset() -> float:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC now: the realtime read bracketed by two monotonic
+    reads, the tightest of three tries (a preemption between two reads would move it)."""
+    best, gap = 0.0, float("inf")
+    for _ in range(3):
+        before = time.perf_counter()
+        real = time.clock_gettime(time.CLOCK_REALTIME)
+        after = time.perf_counter()
+        if after - before < gap:
+            best, gap = real - (before + after) / 2, after - before
+    return best
+
+
+def to_monotonic(realtime_s: float) -> float:
+    """A CLOCK_REALTIME instant on CLOCK_MONOTONIC (``perf_counter``), by the clocks' offset
+    now (it drifts by ppm; only a step of the wall clock moves it)."""
+    return realtime_s - offset()
+
+
+def stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    """The arrival stamp in ``recvmsg``'s ancillary data, on CLOCK_MONOTONIC; None if absent.
+    For a read that spans several segments it is the last one's."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanos = struct.unpack("qq", data[:16])
+            return to_monotonic(seconds + nanos / 1e9)
+    return None

@@ -1,0 +1,64 @@
+"""The kernel's arrival stamps: when a segment arrived, not when we read it."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from pytest_kimi.workload import kernelstamps
+
+SLACK_S = 50e-6  # the realtime -> monotonic conversion, bracketed by two reads
+
+
+@pytest.fixture
+def pair():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    assert kernelstamps.enable(listener)
+    client = socket.create_connection(listener.getsockname())
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each send: its own segment
+    server, _ = listener.accept()
+    yield client, server
+    for sock in (client, server, listener):
+        sock.close()
+
+
+def test_a_segment_read_late_carries_the_time_it_was_sent(pair):
+    client, server = pair
+    before = time.perf_counter()
+    client.sendall(b"x" * 100)
+    after = time.perf_counter()
+    time.sleep(0.05)  # the reader is late: its own clock would say so
+    data, ancillary, _, _ = server.recvmsg(4096, kernelstamps.ANCILLARY_SIZE)
+    read_at = time.perf_counter()
+    at = kernelstamps.stamp(ancillary)
+    assert data == b"x" * 100 and at is not None
+    assert before - SLACK_S <= at <= after + SLACK_S
+    assert read_at - at >= 0.05
+
+
+def test_a_read_over_several_segments_carries_the_last_ones_time(pair):
+    client, server = pair
+    client.sendall(b"first")
+    time.sleep(0.02)
+    before = time.perf_counter()
+    client.sendall(b"second")
+    after = time.perf_counter()
+    time.sleep(0.01)
+    data, ancillary, _, _ = server.recvmsg(4096, kernelstamps.ANCILLARY_SIZE)
+    assert data == b"firstsecond"
+    at = kernelstamps.stamp(ancillary)
+    assert at is not None and before - SLACK_S <= at <= after + SLACK_S  # never early
+
+
+def test_no_ancillary_data_means_no_stamp():
+    assert kernelstamps.stamp([]) is None
+
+
+def test_the_clock_offset_puts_realtime_on_perf_counter():
+    now = time.perf_counter()
+    real = time.clock_gettime(time.CLOCK_REALTIME)
+    assert abs(kernelstamps.to_monotonic(real) - now) < 0.001
