@@ -84,7 +84,7 @@ from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 OURS = "pytest-kimi"
 THEIRS = "bench_serving"
 METRICS = ("ttft", "tpot", "e2e")
-PHASE_COLUMNS = ("connect", "send", "server", "back_first", "back_end")
+PHASE_COLUMNS = ("prepare", "connect", "send", "server", "back_first", "back_end")
 
 GOAL_OWN_MS = (0.5, 1.0)  # the client's own share of the mean error: at 8 streams, at 64/256
 GOAL_TPOT_MS = 0.05

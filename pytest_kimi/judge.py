@@ -50,6 +50,14 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
         )
     if result.summary is None:
         raise baseline_mod.BaselineError(f"{result.name} was not measured: {result.error}")
+    timed_from = inputs.baseline.get("clock_start", "send")  # older baselines: from the send
+    if timed_from != inputs.cluster.workload.clock_start:
+        raise baseline_mod.BaselineError(
+            f"the baseline's latencies were timed from the {timed_from}, this run's from the "
+            f"{inputs.cluster.workload.clock_start} (workload.clock_start, docs/metrics.md): "
+            f"set workload.clock_start: {timed_from} to compare with it, or save a new "
+            "baseline with --kimi-save-baseline"
+        )
     current = baseline_entry(inputs, result)
     return baseline_mod.judge(result.name, metric, inputs.thresholds[metric], saved, current)
 
@@ -71,6 +79,7 @@ def save_baseline(
     if not measured:
         return None, ""
     meta = {"cluster": inputs.cluster.name, "backend": inputs.backend,
-            "time_scale": inputs.time_scale, "run_id": run_id}  # fmt: skip
+            "time_scale": inputs.time_scale, "run_id": run_id,
+            "clock_start": inputs.cluster.workload.clock_start}  # fmt: skip
     baseline_mod.save(path, baseline_mod.snapshot(measured, meta))
     return path, ""

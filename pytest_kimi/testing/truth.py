@@ -8,8 +8,7 @@ client - truth is split where it arises, in order along the request's path:
 ======================  ====================================================  ============
 phase                   from -> to                                            whose
 ======================  ====================================================  ============
-``prepare``             start (issued) -> connecting began                    client
-``connect``             connecting -> connection open (loop woken)            client
+``connect``             connecting began (the latency's start) -> open        client
 ``send``                open -> first segment in the server's kernel          client
 ``server``              in the server's kernel -> server's handler entry      server
 ``back``                server wrote the chunk -> client stamped it           client
@@ -21,9 +20,10 @@ measured by the kernel's stamp, never by the client. A client time inside the wi
 server's write (just before the ``send`` call to just after it) counts as no error: a
 preemption inside that call is the server's.
 
-TTFT error = prepare + connect + send + server + back(first token); E2E error likewise with
-back(end); TPOT error = (back(last token) - back(first token)) / (tokens - 1). The client's
-own share is the error less ``server``.
+TTFT error = connect + send + server + back(first token); E2E error likewise with back(end);
+TPOT error = (back(last token) - back(first token)) / (tokens - 1). The client's own share is
+the error less ``server``. ``prepare`` (issued -> connecting began: building the request) is
+the client's work before the clock starts: reported, not part of any error.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 
 from pytest_kimi.workload.records import RequestRecord
 
-PHASES = ("prepare", "connect", "send", "server", "back")
-CLIENT_PHASES = ("prepare", "connect", "send", "back")
+PHASES = ("connect", "send", "server", "back")
+CLIENT_PHASES = ("connect", "send", "back")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Split:
     ttft: float
     tpot: float
     e2e: float
-    prepare: float
+    prepare: float  # before the clock: not part of the error
     connect: float
     send: float
     server: float
@@ -84,8 +84,12 @@ def split(record: RequestRecord, entry: dict[str, Any]) -> Split:
     end = _seen(record.end_time, (entry["end_before"], entry["end"]))
     tokens = sum(c[1] for c in chunks)
     arrived = entry.get("kernel_first") or entry["first_byte"]
-    connecting = record.connect_time if record.connect_time is not None else start
-    connected = record.connected_time if record.connected_time is not None else connecting
+    issued = record.start_time if record.start_time is not None else start
+    # inside the latency only: with clock_start "send" connecting precedes its start
+    connecting = max(start, record.connect_time if record.connect_time is not None else start)
+    connected = max(
+        connecting, connecting if record.connected_time is None else record.connected_time
+    )
     ms = 1000.0
     client_tpot = (record.chunks[-1].time - record.first_token_time) / (record.output_tokens - 1)
     true_tpot = (last - first) / (tokens - 1)
@@ -93,7 +97,7 @@ def split(record: RequestRecord, entry: dict[str, Any]) -> Split:
         ttft=((record.first_token_time - start) - (first - entry["head"])) * ms,
         tpot=(client_tpot - true_tpot) * ms,
         e2e=((record.end_time - start) - (end - entry["head"])) * ms,
-        prepare=(connecting - start) * ms,
+        prepare=((record.connect_time or issued) - issued) * ms,
         connect=(connected - connecting) * ms,
         send=(arrived - connected) * ms,
         server=(entry["head"] - arrived) * ms,

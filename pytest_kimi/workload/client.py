@@ -272,8 +272,6 @@ async def send_one(
             stream = http.stream("POST", url, content=content, headers=JSON_HEADERS,
                                  extensions=extensions)  # fmt: skip
             async with stream as response:
-                if phases.connecting is not None:  # issued: the transport began to connect
-                    record.start_time = phases.connecting
                 record.connect_time, record.connected_time = phases.connecting, phases.connected
                 record.sent_time = phases.sent
                 turn.give()

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import time
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if hasattr(socket, "SO_BINDTODEVICE") else 0)
+# Python 3.11's socket module does not name it: 35 is its value on Linux for x86-64, arm64 and
+# every architecture using the generic socket numbers (not alpha, parisc, sparc, mips)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else 0)
+TIMESPEC = struct.Struct("@ll")  # struct timespec: time_t and long, the platform's sizes
 ANCILLARY_SIZE = 64
 
 
@@ -55,7 +59,7 @@ def stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
     """The arrival stamp in ``recvmsg``'s ancillary data, on CLOCK_MONOTONIC; None if absent.
     For a read that spans several segments it is the last one's."""
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-            seconds, nanos = struct.unpack("qq", data[:16])
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= TIMESPEC.size:
+            seconds, nanos = TIMESPEC.unpack(data[: TIMESPEC.size])
             return to_monotonic(seconds + nanos / 1e9)
     return None

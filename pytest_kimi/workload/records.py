@@ -13,10 +13,10 @@ before these fields existed read back with the defaults below: their client coun
 answer text, so their first token was also their first answer token.
 
 Where latencies start (``clock_start``, docs/metrics.md): "request", the instant the client
-issues the request, before it connects (``sglang.bench_serving``'s ``st = time.perf_counter()``
-before ``session.post``), or "send", when the request's first byte is written. Both instants
-are kept in every record, with the connection's open and the request's last byte sent, so
-either definition can be computed from any record.
+begins to connect for the request (``sglang.bench_serving``'s ``st = time.perf_counter()``
+before ``session.post``: connecting included), or "send", when the request's first byte is
+written. Every instant is kept in every record (issued, connecting, connected, first and last
+byte sent), so either definition can be computed from any record.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class RequestRecord:
     nominal_input_tokens: int
     max_output_tokens: int
     send_time: float = 0.0  # the request's first byte is about to be written (connected)
-    start_time: float | None = None  # issued: before connecting (bench_serving's clock start)
+    start_time: float | None = None  # issued: before the request is built
     first_token_time: float | None = None  # first token of any kind (reasoning or answer)
     end_time: float | None = None
     chunks: list[Chunk] = field(default_factory=list)
@@ -63,19 +63,22 @@ class RequestRecord:
     warmup: bool = False
     first_answer_time: float | None = None  # first answer token (after any reasoning)
     reasoning_tokens: int = 0  # of output_tokens, how many were reasoning
-    connect_time: float | None = None  # connecting began
+    connect_time: float | None = None  # connecting began: where "request" latencies start
     connected_time: float | None = None  # its connection was open
     sent_time: float | None = None  # its last byte was in the kernel (on its way)
     clock_start: str = "send"  # where TTFT and E2E start: "request" (start_time) or "send"
 
     @property
     def latency_start(self) -> float:
-        """The instant TTFT, E2E and the run's duration count from: ``start_time`` (the
-        request issued, connecting included: bench_serving's) when ``clock_start`` is
-        "request", else ``send_time``. Files written before the choice existed were timed
-        from ``send_time`` and read back so."""
-        if self.clock_start == "request" and self.start_time is not None:
-            return self.start_time
+        """The instant TTFT, E2E and the run's duration count from. "request": when the
+        client began to connect for it (``connect_time``; bench_serving's definition, which
+        holds connecting; where no transport stamped it, ``start_time``); "send": when its
+        first byte was about to be written. Files written before the choice existed were
+        timed from ``send_time`` and read back so."""
+        if self.clock_start == "request":
+            for time in (self.connect_time, self.start_time):
+                if time is not None:
+                    return time
         return self.send_time
 
     @property

@@ -81,6 +81,8 @@ class _Connection(asyncio.Protocol):
             self._parse(now)
         except ProtocolError as exc:
             self._fail(exc)
+        except ValueError as exc:  # a head field we cannot read (Content-Length: x)
+            self._fail(ProtocolError(f"bad response: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.mode == "close":
@@ -256,7 +258,7 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
         """``kernel_stamps``: stamp arrivals with the kernel's receive times (only when
         ``clock`` is ``time.perf_counter``: those are on its clock)."""
         self.connect_timeout, self.clock, self.kernel_stamps = connect_timeout, clock, kernel_stamps
-        self._addresses: dict[tuple[str, int], tuple[int, tuple]] = {}
+        self._addresses: dict[tuple[str, int], list[tuple[int, tuple]]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -268,16 +270,20 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
         phases: Phases = request.extensions.get("kimi_phases") or Phases()
         loop = asyncio.get_running_loop()
         port = url.port or 80
+        where = f"{url.host}:{port}"
         message = _message(request, await request.aread())  # our work: before the clock
-        family, address = await self._address(url.host, port)
+        addresses = await self._addresses_of(url.host, port)
         phases.connecting = self.clock()
-        sock = await self._connect(family, address, f"{url.host}:{port}")
+        sock = await self._connect(addresses, (url.host, port), where)
         phases.connected = self.clock()
         conn: _Connection | None = None
         try:
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
-            await loop.sock_sendall(sock, message)  # returns at once when the kernel took it
+            try:  # returns at once when the kernel took it all (loopback, a near peer)
+                await loop.sock_sendall(sock, message)
+            except OSError as exc:
+                raise httpx.WriteError(f"sending the request to {where}: {exc}") from exc
             phases.sent = self.clock()
             conn = _Connection(self.clock)
             if self.kernel_stamps and kernelstamps.enable(sock):
@@ -299,9 +305,9 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
             extensions={"kimi_arrival": arrival, "http_version": b"HTTP/1.1"},
         )
 
-    async def _address(self, host: str, port: int) -> tuple[int, tuple]:
-        """Where ``host:port`` is, resolved once per client: a name lookup is the client's
-        work, not the request's time."""
+    async def _addresses_of(self, host: str, port: int) -> list[tuple[int, tuple]]:
+        """Where ``host:port`` may be, resolved once per client (a name lookup is the
+        client's work, not the request's time); the one that last answered first."""
         key = (host, port)
         if key not in self._addresses:
             loop = asyncio.get_running_loop()
@@ -309,33 +315,54 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
                 infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except OSError as exc:
                 raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
-            family, _, _, _, address = infos[0]
-            self._addresses[key] = (family, address)
+            self._addresses[key] = [(family, address) for family, _, _, _, address in infos]
         return self._addresses[key]
 
-    async def _connect(self, family: int, address: tuple, where: str) -> socket.socket:
-        """A connected non-blocking socket. Nothing yields to the event loop while the
-        connection opens at once (loopback, a near peer): the request's time holds the
-        kernel's handshake, never other streams' turns."""
+    async def _connect(
+        self, addresses: list[tuple[int, tuple]], key: tuple[str, int], where: str
+    ) -> socket.socket:
+        """A connected non-blocking socket to the first of ``addresses`` that answers (it is
+        tried first from then on). Nothing yields to the event loop while a connection opens
+        at once (loopback, a near peer): the request's time holds the kernel's handshake,
+        never other streams' turns."""
+        problems = []
+        for family, address in list(addresses):
+            try:
+                sock = await self._connect_one(family, address)
+            except (OSError, TimeoutError) as exc:
+                problems.append(f"{address[0]}: {exc}")
+                continue
+            if addresses[0] != (family, address):
+                self._addresses[key] = [(family, address)] + [
+                    a for a in addresses if a != (family, address)
+                ]
+            return sock
+        raise httpx.ConnectError(f"cannot connect to {where}: {'; '.join(problems)}")
+
+    async def _connect_one(self, family: int, address: tuple) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             code = sock.connect_ex(address)
-            if code == errno.EINPROGRESS and not select.select([], [sock], [], 0)[1]:
+            if code == errno.EINPROGRESS and not _writable_now(sock):
                 await asyncio.wait_for(_writable(sock), self.connect_timeout)
             elif code not in (0, errno.EINPROGRESS):
                 raise OSError(code, os.strerror(code))
             code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
                 raise OSError(code, os.strerror(code))
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            raise httpx.ConnectError(f"cannot connect to {where}: {exc}") from exc
         except BaseException:
             sock.close()
             raise
         return sock
+
+
+def _writable_now(sock: socket.socket) -> bool:
+    """Whether ``sock`` is writable this instant (``poll``: no limit on descriptor numbers)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    return bool(poller.poll(0))
 
 
 async def _writable(sock: socket.socket) -> None:

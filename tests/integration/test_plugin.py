@@ -327,6 +327,18 @@ def test_baseline_gate_passes_against_itself_and_fails_on_a_forced_regression(
     regressed.stdout.fnmatch_lines(["*REGRESSION: deep tpot_mean*worse; threshold 5%*"])
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED
 
+    # a baseline timed from the send (as before workload.clock_start) is not compared with a
+    # run timed from the request: the gate says so instead of judging unlike numbers
+    base = json.loads((project.path / "base.json").read_text())
+    assert base["clock_start"] == "request"
+    del base["clock_start"]
+    (project.path / "base.json").write_text(json.dumps(base))
+    project.makefile(".yaml", cluster=steady)
+    unlike = project.runpytest_subprocess(*common, "--kimi-baseline=base.json")
+    unlike.stdout.fnmatch_lines(["*latencies were timed from the send, this run's from the "
+                                 "request (workload.clock_start*"])  # fmt: skip
+    assert unlike.ret == pytest.ExitCode.TESTS_FAILED
+
 
 def test_unreadable_baseline_is_a_usage_error(project: pytest.Pytester):
     result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-baseline=nope.json")

@@ -59,6 +59,7 @@ def test_no_ancillary_data_means_no_stamp():
 
 
 def test_the_clock_offset_puts_realtime_on_perf_counter():
-    now = time.perf_counter()
+    before = time.perf_counter()
     real = time.clock_gettime(time.CLOCK_REALTIME)
-    assert abs(kernelstamps.to_monotonic(real) - now) < 0.001
+    after = time.perf_counter()
+    assert before - SLACK_S <= kernelstamps.to_monotonic(real) <= after + SLACK_S

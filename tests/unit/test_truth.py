@@ -80,3 +80,23 @@ def test_records_are_matched_by_the_servers_ids_and_a_failure_is_named():
     lost = RequestRecord(2, "p", 1, 1, success=False, error="HTTP 500: boom")
     with pytest.raises(ValueError, match="request 2 failed or unknown to the server: HTTP 500"):
         match([lost], [ENTRY])
+
+
+def test_building_the_request_is_reported_but_is_no_part_of_the_latency():
+    record = _record(start=10.0, connected=10.00009, chunks=[10.1005, 10.2003, 10.3004],
+                     end=10.3008)  # fmt: skip
+    built = _record(start=10.0, connected=10.00009, chunks=[10.1005, 10.2003, 10.3004],
+                    end=10.3008)  # fmt: skip
+    built.start_time = 9.9995  # issued 0.5 ms before it began to connect
+    a, b = split(record, ENTRY), split(built, ENTRY)
+    assert b.prepare == pytest.approx(0.5) and a.prepare == 0.0
+    assert (b.ttft, b.e2e, b.connect) == (a.ttft, a.e2e, a.connect)
+
+
+def test_timed_from_the_send_connecting_is_outside_the_latency():
+    record = _record(start=10.0, connected=10.00009, chunks=[10.1005, 10.2003, 10.3004],
+                     end=10.3008)  # fmt: skip
+    record.clock_start, record.send_time = "send", 10.00009
+    s = split(record, ENTRY)
+    assert s.connect == 0.0 and s.send == pytest.approx(0.01)
+    assert s.ttft == pytest.approx(s.send + s.server + s.back_first)
