@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import threading
+
+import httpx
 
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.transport import MeasuringTransport
 
 PROMPT = " ".join(["bago"] * 64)
 
@@ -63,3 +69,57 @@ def test_request_that_takes_too_long_is_a_timeout_failure(mock_server):
     assert records[-1].success is False
     assert records[-1].error.startswith("timeout")
     assert records[-1].chunks  # what arrived before the timeout is kept
+
+
+def test_a_server_that_resets_while_the_request_is_sent_fails_that_request_only():
+    # it accepts, reads the first bytes of the request and resets (SO_LINGER 0): the rest of
+    # a 32 MB body, more than the kernel's buffers hold, meets the reset mid-send; the run
+    # goes on and records the failure
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def reset_all() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.recv(65536)  # the client is sending
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    thread = threading.Thread(target=reset_all, daemon=True)
+    thread.start()
+    try:
+        specs = [RequestSpec(f"p{i}", "x " * 16_000_000, 16_000_000) for i in range(2)]
+        records = asyncio.run(run_requests(f"http://127.0.0.1:{port}", specs,
+                                           ClientOptions(output_len=4, concurrency=2)))  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert len(records) == 2 and not any(r.success for r in records)
+    assert all(r.error.startswith("WriteError: sending the request") for r in records), [
+        r.error for r in records
+    ]
+
+
+def test_an_address_that_does_not_answer_is_passed_over_for_the_next(mock_server):
+    # a name that resolves to several addresses (localhost: ::1 and 127.0.0.1) is tried in
+    # order; the first that connects serves every later request
+    port = int(mock_server.rsplit(":", 1)[1])
+    transport = MeasuringTransport()
+    dead = (socket.AF_INET, ("127.0.0.1", free_port()))
+    live = (socket.AF_INET, ("127.0.0.1", port))
+    transport._addresses[("kimi-test-host", port)] = [dead, live]
+
+    async def get() -> int:
+        async with httpx.AsyncClient(transport=transport) as http:
+            return (await http.get(f"http://kimi-test-host:{port}/health")).status_code
+
+    assert asyncio.run(get()) == 200
+    assert transport._addresses[("kimi-test-host", port)] == [live, dead]
