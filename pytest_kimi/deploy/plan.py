@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -130,10 +129,13 @@ def _url_host(host: str) -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A currently free TCP port on ``host`` (local clusters with ``port: auto``)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port free on ``host`` now, not booked (a dry run; tests that start their own
+    server). Drawn below the kernel's ephemeral range, as :class:`PortBook` draws: a port from
+    ``bind(0)`` would be handed to the next outgoing connection too, and a server started on it
+    a moment later could find it taken."""
+    from pytest_kimi.deploy.ports import pick
+
+    return pick(host)
 
 
 def _flags(values: Mapping[str, str | int | float | bool]) -> list[str]:

@@ -69,6 +69,19 @@ def bindable(host: str, port: int) -> bool:
     return True
 
 
+def pick(host: str = "127.0.0.1", ports: range | None = None, attempts: int = 200) -> int:
+    """A port bindable on ``host`` now, drawn from ``ports`` (below the ephemeral range by
+    default), not booked."""
+    ports = ports if ports is not None else drawing_range(ephemeral_range())
+    rng = random.Random()
+    for _ in range(attempts):
+        port = rng.choice(ports)
+        if bindable(host, port):
+            return port
+    raise NoFreePort(f"no free port on {host} in {ports.start}-{ports.stop - 1} after "
+                     f"{attempts} tries")  # fmt: skip
+
+
 class PortBook:
     """Ports booked for one deployment; :meth:`close` gives them back."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import load_cluster
-from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.deploy.plan import free_port, plan_deployment
 from pytest_kimi.deploy.ports import (
     DEFAULT_EPHEMERAL,
     LOWEST,
@@ -42,6 +42,8 @@ def test_this_machine_draws_auto_ports_where_no_outgoing_connection_lands(tmp_pa
         ports = [book.take() for _ in range(20)]
     assert len(set(ports)) == 20
     assert not [p for p in ports if low <= p <= high]
+    unbooked = [free_port() for _ in range(20)]  # tests' own servers, dry runs
+    assert not [p for p in unbooked if low <= p <= high]
 
 
 def test_a_booked_port_is_never_handed_to_another_book_until_given_back(tmp_path):
