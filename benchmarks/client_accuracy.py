@@ -78,7 +78,7 @@ from pytest_kimi.testing.peer import (
     write_custom_dataset,
 )
 from pytest_kimi.testing.processes import Proc, ProcessError
-from pytest_kimi.testing.truth import split
+from pytest_kimi.testing.truth import server_ms, split
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 
 OURS = "pytest-kimi"
@@ -269,12 +269,6 @@ def scripted_server(
 def prompt_texts(n: int, tokens: int) -> list[str]:
     """Distinct prompts with distinct token counts (``tokens + k`` for prompt k)."""
     return [f"r{k} " + "tok " * (tokens + k - 1) for k in range(n)]
-
-
-def server_lateness_ms(entry: dict[str, Any]) -> float:
-    """How late the server's own loop read the request (kernel arrival -> handler)."""
-    arrived = entry.get("kernel_first") or entry["first_byte"]
-    return (entry["head"] - arrived) * 1000
 
 
 def server_tpot_ms(entry: dict[str, Any]) -> float:
@@ -541,7 +535,7 @@ def run_bench_serving(
             (ttft_s + decode_s) * 1000 - (last - entry["head"]) * 1000,
         )
         pairs.append((errors, entry))
-        run.server_ms.append(server_lateness_ms(entry))
+        run.server_ms.append(server_ms(entry))
         e2e_to_end.append((entry["end"] - entry["head"]) * 1000)
     _finish(run, pairs)
     if pairs:

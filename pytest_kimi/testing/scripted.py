@@ -293,9 +293,6 @@ class _Protocol(asyncio.Protocol):
                     "model": model, "choices": choices, "usage": usage}  # fmt: skip
             return f"data: {json.dumps(data)}\n\n".encode()
 
-        def usage(done: int) -> dict[str, Any]:
-            return _usage(entry, done)
-
         def render(done: int, n: int, kind: str) -> bytes:
             delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
             delta["reasoning_content" if kind == "reasoning" else "content"] = " tok" * n
@@ -303,14 +300,14 @@ class _Protocol(asyncio.Protocol):
             if done == n:  # SGLang's role chunk goes out with the first generated text
                 role = {**delta, "role": "assistant", "content": "", "reasoning_content": None}
                 first = chunk([_choice(role)], None)
-            per_chunk = usage(done) if options.get("continuous_usage_stats") else None
+            per_chunk = _usage(entry, done) if options.get("continuous_usage_stats") else None
             return first + chunk([_choice(delta)], per_chunk)
 
         def tail(done: int) -> bytes:
             empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
             out = chunk([_choice(empty, "length")], None)
             if options.get("include_usage"):
-                out += chunk([], usage(done))
+                out += chunk([], _usage(entry, done))
             return out
 
         await self._stream(entry, render, tail)

@@ -35,7 +35,6 @@ from typing import Any
 from pytest_kimi.workload.records import RequestRecord
 
 PHASES = ("connect", "send", "server", "back")
-CLIENT_PHASES = ("connect", "send", "back")
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,17 @@ def _seen(client_time: float, window: tuple[float, float]) -> float:
     return min(max(client_time, window[0]), window[1])
 
 
+def arrived(entry: dict[str, Any]) -> float:
+    """When the request's first segment reached the server: the kernel's stamp, or the
+    server's read where there is none."""
+    return entry.get("kernel_first") or entry["first_byte"]
+
+
+def server_ms(entry: dict[str, Any]) -> float:
+    """The server's share: how late its own loop read the request (arrival -> handler)."""
+    return (entry["head"] - arrived(entry)) * 1000.0
+
+
 def split(record: RequestRecord, entry: dict[str, Any]) -> Split:
     """Where ``record``'s error against ``entry`` (the server's truth) arose, in ms."""
     if record.first_token_time is None or record.end_time is None or not record.chunks:
@@ -83,7 +93,6 @@ def split(record: RequestRecord, entry: dict[str, Any]) -> Split:
     last = _seen(record.chunks[-1].time, _written(chunks[-1]))
     end = _seen(record.end_time, (entry["end_before"], entry["end"]))
     tokens = sum(c[1] for c in chunks)
-    arrived = entry.get("kernel_first") or entry["first_byte"]
     issued = record.start_time if record.start_time is not None else start
     # inside the latency only: with clock_start "send" connecting precedes its start
     connecting = max(start, record.connect_time if record.connect_time is not None else start)
@@ -99,8 +108,8 @@ def split(record: RequestRecord, entry: dict[str, Any]) -> Split:
         e2e=((record.end_time - start) - (end - entry["head"])) * ms,
         prepare=((record.connect_time or issued) - issued) * ms,
         connect=(connected - connecting) * ms,
-        send=(arrived - connected) * ms,
-        server=(entry["head"] - arrived) * ms,
+        send=(arrived(entry) - connected) * ms,
+        server=server_ms(entry),
         back_first=(record.first_token_time - first) * ms,
         back_end=(record.end_time - end) * ms,
         back_last=(record.chunks[-1].time - last) * ms,
