@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from pytest_kimi.deploy.runtails import log_lines, tailing
-from pytest_kimi.procgroup import interrupt, sigterm_as_interrupt
+from pytest_kimi.procgroup import Interrupts, interrupt, sigterm_as_interrupt
 from pytest_kimi.telemetry import Sampler, sampling
 from pytest_kimi.watchdog import Watchdog, abort_on_loss, watching
 
@@ -68,6 +68,7 @@ def deployment(
     from pytest_kimi.deploy.reach import reach_for
     from pytest_kimi.progress.events import BringUpDone, NoProgress
 
+    interrupts = Interrupts()
     with PortBook() as book:  # auto ports stay ours until everything is stopped
         plan = plan_deployment(
             inputs.cluster, layout, book=book, gpu_scope=f"{folder.name}/{layout.name}"
@@ -86,6 +87,7 @@ def deployment(
             on_log=node_log_events(layout.name, progress or NoProgress()),
             log_max_bytes=inputs.cluster.logs.max_bytes,
             keep_runs=inputs.cluster.logs.keep_runs,
+            interrupts=interrupts,
         )
         lock_left: list[str] = []  # lock holders not confirmed ended at release
         with (
@@ -93,7 +95,10 @@ def deployment(
             _mock_clock(plan),
             contextlib.ExitStack() as locked,  # released by teardown, once everything is stopped
             _teardown(dep, inputs, layout, folder, result, say, (locked, lock_left)),
+            contextlib.ExitStack() as coming_up,
         ):
+            # while coming up, a Ctrl-C that a library swallows is acted on at the next poll
+            coming_up.enter_context(interrupts.raised())
             locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say,
                                              lock_left.extend))  # fmt: skip
             # after the lock: a live run holds it, so what is found now was left by a dead one
@@ -124,6 +129,7 @@ def deployment(
             result.notes.extend(_router_model_notes(inputs, executor, plan))
             warm_replicas(plan, reach)
             (progress or NoProgress()).emit(BringUpDone(layout.name))
+            coming_up.close()  # the run's Ctrl-C is asyncio's (it cancels the requests)
             client = node_client(inputs, executor, dep, plan)
             if client is not None:
                 on_client(client)

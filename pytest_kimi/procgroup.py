@@ -9,7 +9,8 @@ A :class:`Lifeline` ties groups to this process's life: each group holds a tiny 
 kills the group when this process dies, however it dies (``kill -9`` included).
 
 Signals for the process that owns the groups live here too: :func:`sigterm_as_interrupt`
-lets SIGTERM unwind like Ctrl-C (so ``finally`` blocks stop the groups), and
+lets SIGTERM unwind like Ctrl-C (so ``finally`` blocks stop the groups), :class:`Interrupts`
+remembers a Ctrl-C that a library swallowed so a wait loop still acts on it, and
 :func:`hold_signals` keeps Ctrl-C / SIGTERM from interrupting a teardown half-way.
 
 Standard library only: the plugin imports this at start-up.
@@ -255,6 +256,63 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM while a deployment comes up: raised where they land, and remembered.
+
+    Python raises a signal's KeyboardInterrupt wherever the main thread happens to be, and
+    a library may swallow it there: paramiko's ``Channel.__del__`` wraps its close in a bare
+    ``except:``, and a finalizer runs wherever the garbage collector does; an exception in any
+    other finalizer is printed and dropped. A bring-up polls for many minutes, so a Ctrl-C lost
+    that way would be ignored until the start-up timeout. Inside :meth:`raised`, every wait
+    loop calls :meth:`check` each round: a signal that did not unwind is raised again there,
+    naming where it first landed."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None  # the first signal that arrived, if any
+        self.where = ""  # file:line of the code it interrupted
+
+    def note(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum, self.where = signum, _place(frame)
+
+    def check(self) -> None:
+        """Raise a signal that arrived and was swallowed; nothing if none arrived."""
+        if self.signum is not None:
+            name = signal.Signals(self.signum).name
+            raise KeyboardInterrupt(
+                f"signal {name} (it first landed in {self.where}, where it was swallowed)"
+            )
+
+    @contextlib.contextmanager
+    def raised(
+        self, signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM)
+    ) -> Iterator[None]:
+        """While inside: each of ``signals`` raises :func:`interrupt` and is noted. Only the
+        main thread can set handlers; elsewhere nothing changes. Handlers restored on exit."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def note_and_raise(signum: int, frame: object) -> None:
+            self.note(signum, frame)
+            raise interrupt(signum)
+
+        previous = {sig: signal.signal(sig, note_and_raise) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _place(frame: object) -> str:
+    """``file:line in function`` of a signal handler's frame (the code it interrupted)."""
+    code = getattr(frame, "f_code", None)
+    if code is None:
+        return "an unknown place"
+    return f"{code.co_filename}:{getattr(frame, 'f_lineno', '?')} in {code.co_name}"
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from pytest_kimi.deploy.readiness import (
     wait_ready,
 )
 from pytest_kimi.deploy.startup import StallError, StartupWatch, all_tails
-from pytest_kimi.procgroup import hold_signals, interrupt, stop_all
+from pytest_kimi.procgroup import Interrupts, hold_signals, interrupt, stop_all
 
 POLL_S = 0.1
 
@@ -62,8 +62,11 @@ class Deployment:
         log_max_bytes: int | None = None,
         keep_runs: int | None = None,
         reach: Reach = DIRECT,
+        interrupts: Interrupts | None = None,
     ) -> None:
         self.plan, self.executor, self.log_dir = plan, executor, log_dir
+        # a Ctrl-C that a library swallowed is raised again at the next poll (procgroup)
+        self.interrupts = interrupts or Interrupts()
         self.timeout_s, self.grace_s, self.progress = timeout_s, grace_s, progress
         # each process's bring-up state: starting, healthy, ready, failed (with a URL / reason)
         self.on_state = on_state
@@ -165,7 +168,9 @@ class Deployment:
             time.sleep(self.poll_s)
 
     def _check_watch(self) -> None:
-        """Between polls: exits, then stalls and the periodic report (once watching)."""
+        """Between polls: a swallowed Ctrl-C, exits, then stalls and the periodic report (once
+        watching)."""
+        self.interrupts.check()
         self.check_processes()
         if self._watch is None:
             return

@@ -3,6 +3,7 @@ members are KILLed after the grace period, and the signal context managers do wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.procgroup import (
+    Interrupts,
     Lifeline,
     group_alive,
     hold_signals,
@@ -173,6 +175,32 @@ def test_hold_signals_notes_ctrl_c_and_sigterm_and_restores_the_handlers():
             _until(lambda sig=sig: sig in held, f"{sig.name} to be held")
     assert held == [signal.SIGINT, signal.SIGTERM]  # neither unwound the block
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def _swallowed(sig: signal.Signals) -> None:
+    """A signal that lands in a library's bare ``except:`` (paramiko's Channel.__del__)."""
+    with contextlib.suppress(BaseException):  # the library's bare except, on purpose
+        signal.raise_signal(sig)  # its Python handler runs before this returns
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_swallowed_signal_is_raised_again_at_the_next_check_naming_where_it_landed(sig):
+    interrupts = Interrupts()
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with interrupts.raised():
+        interrupts.check()  # nothing arrived: nothing to raise
+        _swallowed(sig)
+        landed = rf"{sig.name} \(it first landed in .*test_procgroup.py:\d+ in _swallowed"
+        with pytest.raises(KeyboardInterrupt, match=landed):
+            interrupts.check()
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_signal_inside_raised_unwinds_where_it_lands():
+    interrupts = Interrupts()
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"), interrupts.raised():
+        signal.raise_signal(signal.SIGINT)
+    assert interrupts.signum == signal.SIGINT
 
 
 # a harness in miniature: starts a group on a lifeline, says the group id, then waits to die

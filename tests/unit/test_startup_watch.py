@@ -135,3 +135,29 @@ def test_a_failed_bring_up_shows_every_process_tail_and_writes_them(plan, tmp_pa
         assert f"{spec.name} line 2" in message
     written = (tmp_path / "startup-failure.txt").read_text()
     assert all(f"--- {spec.name} on {spec.node.name}" in written for spec in plan.servers)
+
+
+def test_a_ctrl_c_swallowed_during_bring_up_stops_it_at_the_next_poll(plan, tmp_path):
+    """A library that swallows the KeyboardInterrupt (a bare ``except:`` in a finalizer) does
+    not make bring-up wait for its timeout: the next poll raises it again."""
+    import contextlib
+    import signal
+
+    from pytest_kimi.procgroup import Interrupts
+
+    class Swallowing(FakeExecutor):
+        calls = 0
+
+        def exit_code(self, handle: Handle) -> int | None:
+            self.calls += 1
+            if self.calls == 3:  # mid-round, inside "a library"
+                with contextlib.suppress(BaseException):
+                    signal.raise_signal(signal.SIGINT)
+            return None
+
+    executor, interrupts = Swallowing(), Interrupts()
+    dep = Deployment(plan, executor, tmp_path / "logs", timeout_s=3600, stall_s=None,
+                     interrupts=interrupts)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt, match=r"SIGINT .*swallowed"), interrupts.raised():
+        dep.start()  # no server ever answers: only the interrupt can end this
+    assert executor.calls <= 2 * len(plan.servers)  # acted on in the round after it landed
