@@ -240,22 +240,30 @@ def interrupt(signum: int) -> KeyboardInterrupt:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Let SIGTERM unwind like Ctrl-C (KeyboardInterrupt), so ``finally`` blocks and context
-    managers stop what they started and nothing is orphaned. Only the main thread can set
-    handlers; elsewhere nothing changes. The previous handler is restored on exit."""
+def handling(
+    signals: Sequence[signal.Signals], handler: Callable[[int, object], None]
+) -> Iterator[None]:
+    """While inside: ``handler`` for each of ``signals``; the previous handlers restored on
+    exit. Only the main thread can set handlers; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
+    """Let SIGTERM unwind like Ctrl-C (KeyboardInterrupt), so ``finally`` blocks and context
+    managers stop what they started and nothing is orphaned (:func:`handling`)."""
 
     def raise_interrupt(signum: int, frame: object) -> None:
         raise interrupt(signum)
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return handling((signal.SIGTERM,), raise_interrupt)
 
 
 class Interrupts:
@@ -285,26 +293,16 @@ class Interrupts:
                 f"signal {name} (it first landed in {self.where}, where it was swallowed)"
             )
 
-    @contextlib.contextmanager
     def raised(
         self, signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM)
-    ) -> Iterator[None]:
-        """While inside: each of ``signals`` raises :func:`interrupt` and is noted. Only the
-        main thread can set handlers; elsewhere nothing changes. Handlers restored on exit."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
+    ) -> contextlib.AbstractContextManager[None]:
+        """While inside: each of ``signals`` raises :func:`interrupt` and is noted."""
 
         def note_and_raise(signum: int, frame: object) -> None:
             self.note(signum, frame)
             raise interrupt(signum)
 
-        previous = {sig: signal.signal(sig, note_and_raise) for sig in signals}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        return handling(signals, note_and_raise)
 
 
 def _place(frame: object) -> str:
@@ -315,25 +313,11 @@ def _place(frame: object) -> str:
     return f"{code.co_filename}:{getattr(frame, 'f_lineno', '?')} in {code.co_name}"
 
 
-@contextlib.contextmanager
 def hold_signals(
     on_signal: Callable[[int], None],
     signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager[None]:
     """While inside (a teardown): Ctrl-C / SIGTERM call ``on_signal(signum)`` instead of
     unwinding, because giving up half-way would leave processes running; the caller delivers
-    the signal afterwards (``raise interrupt(signum)``). Only the main thread can set
-    handlers; elsewhere nothing changes. The previous handlers are restored on exit."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def hold(signum: int, frame: object) -> None:
-        on_signal(signum)
-
-    previous = {sig: signal.signal(sig, hold) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    the signal afterwards (``raise interrupt(signum)``)."""
+    return handling(signals, lambda signum, frame: on_signal(signum))
