@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = ROOT / "scripts" / "install_bench_serving.sh"
 DEFAULT_VENV = ROOT / ".venv-bench-serving"
 PYTHON_ENV_VAR = "KIMI_BENCH_SERVING_PYTHON"
+OBSERVER = Path(__file__).with_name("bench_observed.py")  # run by the peer's interpreter
 
 
 def offline_env() -> dict[str, str]:
@@ -111,12 +112,16 @@ def bench_serving_argv(
     output_len: int,
     concurrency: int,
     seed: int,
+    observe: Path | None = None,
 ) -> list[str]:
     """bench_serving on native ``/generate`` (streamed) with our prompts (``custom`` rows),
-    a fixed output length, one warm-up request and per-request details in ``output``."""
+    a fixed output length, one warm-up request and per-request details in ``output``. With
+    ``observe``, run through :mod:`pytest_kimi.testing.bench_observed`, which also writes each
+    request's start and latency there."""
     tokenizer = str(TOKENIZER_DIR)
+    run = ["-m", "sglang.bench_serving"] if observe is None else [str(OBSERVER), str(observe)]
     return [
-        str(python), "-m", "sglang.bench_serving",
+        str(python), *run,
         "--backend", "sglang",
         "--base-url", base_url,
         "--model", tokenizer,

@@ -27,7 +27,9 @@ role chunk, ``delta.reasoning_content`` chunks, then ``delta.content`` chunks, a
 the usage chunk when asked (per-chunk usage with ``continuous_usage_stats``). It is a bare
 asyncio protocol rather than a web framework on purpose: arrival is stamped in
 ``data_received`` and every chunk's write right around ``transport.write``, with no framework
-queueing in between. ``GET /truth`` returns what happened, per request, with the client's port.
+queueing in between. ``GET /truth`` returns what happened, per request, with the client's port;
+``GET /gets`` when every other GET (``/get_server_info``: bench_serving's last call) came in
+and was answered.
 
 Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
 """
@@ -58,20 +60,29 @@ class Defaults:
     reasoning_tokens: int = 0  # chat: the first N tokens stream as reasoning_content
     jitter: float = 0.0  # each request's ttft/itl is stretched by up to this fraction
     seed: int = 0
+    key: str = "arrival"  # what the jitter is drawn for: arrival order, or the prompt's text
 
 
 @dataclass
 class State:
     defaults: Defaults
     truth: list[dict[str, Any]] = field(default_factory=list)
+    gets: list[dict[str, Any]] = field(default_factory=list)  # other GETs: path, head, end
 
 
-def make_script(body: dict[str, Any], defaults: Defaults, index: int) -> dict[str, Any]:
+def make_script(
+    body: dict[str, Any], defaults: Defaults, index: int, text: str = ""
+) -> dict[str, Any]:
+    """The request's script: its own, else drawn for its arrival ``index`` or, with
+    ``key="prompt"``, for its ``text`` (two clients sending the same prompts in different
+    orders then get the same script per prompt)."""
     params = body.get("sampling_params")
     if params is None:  # OpenAI bodies
         limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
         params = {"script": body.get("script"), "max_new_tokens": limit}
     script = dict(params.get("script") or {})
+    if defaults.key == "prompt":
+        index = int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
     rng = random.Random(defaults.seed * 100003 + index)
     script.setdefault("ttft_ms", defaults.ttft_ms * (1 + defaults.jitter * rng.random()))
     script.setdefault("itl_ms", defaults.itl_ms * (1 + defaults.jitter * rng.random()))
@@ -146,12 +157,16 @@ class _Protocol(asyncio.Protocol):
             await self.chat(json.loads(body or b"{}"))
         elif path == "/truth":
             self._send("200 OK", "application/json", json.dumps(self.state.truth).encode())
+        elif path == "/gets":
+            self._send("200 OK", "application/json", json.dumps(self.state.gets).encode())
         elif path == "/reset":
             self.state.truth.clear()
+            self.state.gets.clear()
             self._send("200 OK", "text/plain", b"ok")
-        elif method == "GET":
+        elif method == "GET":  # /get_server_info, /get_model_info, /health: stamped
             info = {"model_path": "scripted", "is_generation": True}
             self._send("200 OK", "application/json", json.dumps(info).encode())
+            self.state.gets.append({"path": path, "head": self.head_at, "end": time.perf_counter()})
         else:
             self._send("404 Not Found", "text/plain", b"not found")
 
@@ -230,9 +245,10 @@ class _Protocol(asyncio.Protocol):
             self.transport.close()
 
     async def generate(self, body: dict[str, Any]) -> None:
-        script = make_script(body, self.state.defaults, len(self.state.truth))
+        text = body.get("text") or ""
+        script = make_script(body, self.state.defaults, len(self.state.truth), text)
         script["reasoning_tokens"] = 0  # /generate has no reasoning field (SGLang 0.5.9)
-        entry = self._entry(script, body.get("text") or "")
+        entry = self._entry(script, text)
         total = script["max_new_tokens"]
 
         def render(done: int, n: int, kind: str) -> bytes:
@@ -247,10 +263,11 @@ class _Protocol(asyncio.Protocol):
         await self._stream(entry, render)
 
     async def completions(self, body: dict[str, Any]) -> None:
-        script = make_script(body, self.state.defaults, len(self.state.truth))
-        script["reasoning_tokens"] = 0  # completions have no reasoning field (SGLang 0.5.9)
         prompt = body.get("prompt") or ""
-        entry = self._entry(script, prompt if isinstance(prompt, str) else str(prompt))
+        text = prompt if isinstance(prompt, str) else str(prompt)
+        script = make_script(body, self.state.defaults, len(self.state.truth), text)
+        script["reasoning_tokens"] = 0  # completions have no reasoning field (SGLang 0.5.9)
+        entry = self._entry(script, text)
         options = body.get("stream_options") or {}
         rid, model = f"cmpl-{entry['index']}", body.get("model", "default")
         created, total = int(time.time()), script["max_new_tokens"]
@@ -281,9 +298,9 @@ class _Protocol(asyncio.Protocol):
         await self._stream(entry, render, tail)
 
     async def chat(self, body: dict[str, Any]) -> None:
-        script = make_script(body, self.state.defaults, len(self.state.truth))
         messages = body.get("messages") or []
         text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        script = make_script(body, self.state.defaults, len(self.state.truth), text)
         entry = self._entry(script, text)
         options = body.get("stream_options") or {}
         rid, model = f"chatcmpl-{entry['index']}", body.get("model", "default")
@@ -340,10 +357,14 @@ def main() -> None:
     parser.add_argument("--reasoning-tokens", type=int, default=0, help="chat: leading N")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of scripts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--script-key", choices=("arrival", "prompt"), default="arrival",
+        help="draw each jittered script for the arrival order or for the prompt",
+    )  # fmt: skip
     args = parser.parse_args()
     defaults = Defaults(
         args.ttft_ms, args.itl_ms, args.tokens_per_chunk, args.reasoning_tokens, args.jitter,
-        args.seed,
+        args.seed, args.script_key,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, defaults))

@@ -2,14 +2,10 @@
 
 Our client and bench_serving run one after the other against one mock server, with the same
 prompts in the same order, the same output length, concurrency, request rate and one warmup
-request. They must agree on the successful count and the token totals exactly, and on mean
-TTFT, TPOT and E2E latency within 3 %.
-
-Why the numbers can be compared at 3 %: the mock's performance model has no jitter, so the
-model-side timings of the two runs differ only by when each request reached the server; at
-time scale 8 a request's TTFT is ~1.8 s and its TPOT ~28 ms of wall time, far above the
-client-side noise (a few ms per request). The mock's ``/kimi/ground_truth`` is read after each
-run so a failure shows which client drifted from the model.
+request. They must agree on the order, the successful count and the token totals exactly: the
+mock speaks SGLang well enough for the peer tool. Every statistic is compared against the
+scripted server's own truth, with measured tolerances, in ``test_bench_serving_statistics.py``;
+the table printed here (means, and the mock's ``/kimi/ground_truth``) is for reading.
 
 How bench_serving is fed our prompts offline: ``--dataset-name custom`` reads a JSONL of
 ``{"conversations": [user, assistant]}`` rows, shuffles them with ``random.seed(--seed)`` and
@@ -48,7 +44,6 @@ OUTPUT_LEN = 32  # bench_serving's warmup request uses min(output_len, 32): the 
 TIME_SCALE = 8.0  # cluster seconds per wall second: ~11 s of wall time per client run
 WORKLOAD_SEED = 0
 BENCH_SEED = 1  # bench_serving's default --seed
-TOLERANCE = 0.03
 RUN_TIMEOUT_S = 300.0
 
 MEANS = {  # our Summary attribute -> bench_serving --output-file key
@@ -207,15 +202,3 @@ def test_same_token_totals(runs: Runs) -> None:
     assert runs.ours.total_output_tokens == runs.theirs["total_output_tokens"], runs.table()
     assert runs.theirs["total_output_tokens"] == NUM_REQUESTS * OUTPUT_LEN
     assert runs.theirs["total_output_tokens_retokenized"] == runs.theirs["total_output_tokens"]
-
-
-@pytest.mark.parametrize("metric", list(MEANS))
-def test_latency_means_agree(runs: Runs, metric: str) -> None:
-    attr, key = MEANS[metric]
-    ours = getattr(runs.ours, attr).mean
-    theirs = float(runs.theirs[key])
-    assert theirs > 0, runs.table()
-    assert abs(ours - theirs) <= TOLERANCE * theirs, (
-        f"mean {metric}: ours {ours:.2f} ms vs bench_serving {theirs:.2f} ms "
-        f"({(ours - theirs) / theirs:+.2%}, tolerance {TOLERANCE:.0%})\n{runs.table()}"
-    )

@@ -1,0 +1,55 @@
+"""Run ``sglang.bench_serving`` unmodified, keeping what its ``calculate_metrics`` is given.
+
+Usage (with the peer's interpreter): ``python bench_observed.py OUT.json <bench_serving args>``.
+
+bench_serving's output file has per-request TTFTs and ITLs but not when each request started
+or ended (``start_time``, ``latency``), nor the duration it divides by before rounding. A
+conformance test needs them to place each of its requests on the server's clock, so this runs
+bench_serving's own module source (the peer's installed file, read at run time), with one
+change: ``calculate_metrics`` is wrapped so that, before it runs, its inputs are written to
+``OUT.json``. Every figure bench_serving prints or writes is computed by its own code.
+
+Standard library only: this runs in the peer's venv, which has no pytest-kimi.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+
+MAIN_GUARD = '\nif __name__ == "__main__":'
+KEPT = ("start_time", "latency", "ttft", "itl", "success", "output_len", "prompt_len", "error")
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    spec = importlib.util.find_spec("sglang.bench_serving")
+    if spec is None or spec.origin is None:
+        raise SystemExit("sglang.bench_serving is not installed in this interpreter")
+    source = Path(spec.origin).read_text(encoding="utf-8")
+    body, guard, entry = source.partition(MAIN_GUARD)
+    if not guard:
+        raise SystemExit(f"{spec.origin}: no main guard; this bench_serving is not one we know")
+    namespace = {"__name__": "__main__", "__file__": spec.origin, "__builtins__": __builtins__}
+    exec(compile(body, spec.origin, "exec"), namespace)
+    calculate = namespace["calculate_metrics"]
+    signature = inspect.signature(calculate)
+
+    def observed(*args: object, **kwargs: object) -> object:
+        given = signature.bind(*args, **kwargs).arguments
+        outputs = [{k: getattr(o, k, None) for k in KEPT} for o in given["outputs"]]
+        out.write_text(json.dumps({"dur_s": given["dur_s"], "outputs": outputs}))
+        return calculate(*args, **kwargs)
+
+    namespace["calculate_metrics"] = observed
+    sys.argv = [spec.origin, *sys.argv[2:]]
+    # the main block as written, indented under a guard that holds, on the same line numbers
+    entry_code = "\n" * (body.count("\n") + 1) + "if True:" + entry
+    exec(compile(entry_code, spec.origin, "exec"), namespace)
+
+
+if __name__ == "__main__":
+    main()
