@@ -129,7 +129,8 @@ def deployment(
             result.notes.extend(_router_model_notes(inputs, executor, plan))
             warm_replicas(plan, reach)
             (progress or NoProgress()).emit(BringUpDone(layout.name))
-            coming_up.close()  # the run's Ctrl-C is asyncio's (it cancels the requests)
+            coming_up.close()  # raises a swallowed one; from here Ctrl-C is asyncio's (it
+            # cancels the requests)
             client = node_client(inputs, executor, dep, plan)
             if client is not None:
                 on_client(client)

@@ -286,23 +286,36 @@ class Interrupts:
             self.signum, self.where = signum, _place(frame)
 
     def check(self) -> None:
-        """Raise a signal that arrived and was swallowed; nothing if none arrived."""
+        """Raise the signal that arrived, if one did. Called where a KeyboardInterrupt that
+        unwound would never arrive, so one that did arrive was swallowed on its way."""
         if self.signum is not None:
             name = signal.Signals(self.signum).name
+            self.signum = None  # raised from our own code now: it unwinds from here
             raise KeyboardInterrupt(
                 f"signal {name} (it first landed in {self.where}, where it was swallowed)"
             )
 
+    @contextlib.contextmanager
     def raised(
         self, signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM)
-    ) -> contextlib.AbstractContextManager[None]:
-        """While inside: each of ``signals`` raises :func:`interrupt` and is noted."""
+    ) -> Iterator[None]:
+        """While inside: each of ``signals`` raises :func:`interrupt` and is noted. Leaving,
+        a noted signal that did not unwind the block is raised, over a failure it may have
+        caused: the user asked to stop, and the next layout must not start."""
 
         def note_and_raise(signum: int, frame: object) -> None:
             self.note(signum, frame)
             raise interrupt(signum)
 
-        return handling(signals, note_and_raise)
+        with handling(signals, note_and_raise):
+            try:
+                yield
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
+                self.check()
+                raise
+        self.check()
 
 
 def _place(frame: object) -> str:

@@ -92,6 +92,7 @@ class Deployment:
         """Start everything and wait until the router serves every replica. A failure names
         the process and shows its log's end, then every other process's last lines (all of
         them are written to ``startup-failure.txt`` beside the logs)."""
+        self.interrupts.check()  # one swallowed before now: start nothing
         self.started_at = time.monotonic()
         deadline = self.started_at + self.timeout_s
         self.check_ports()

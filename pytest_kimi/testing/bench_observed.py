@@ -7,7 +7,8 @@ or ended (``start_time``, ``latency``), nor the duration it divides by before ro
 conformance test needs them to place each of its requests on the server's clock, so this runs
 bench_serving's own module source (the peer's installed file, read at run time), with one
 change: ``calculate_metrics`` is wrapped so that, before it runs, its inputs are written to
-``OUT.json``. Every figure bench_serving prints or writes is computed by its own code.
+``OUT.json`` with the instant of the call (its duration ends just before). Every figure
+bench_serving prints or writes is computed by its own code.
 
 Standard library only: this runs in the peer's venv, which has no pytest-kimi.
 """
@@ -18,6 +19,8 @@ import importlib.util
 import inspect
 import json
 import sys
+import time
+import types
 from pathlib import Path
 
 MAIN_GUARD = '\nif __name__ == "__main__":'
@@ -33,15 +36,23 @@ def main() -> None:
     body, guard, entry = source.partition(MAIN_GUARD)
     if not guard:
         raise SystemExit(f"{spec.origin}: no main guard; this bench_serving is not one we know")
-    namespace = {"__name__": "__main__", "__file__": spec.origin, "__builtins__": __builtins__}
+    # as ``python -m sglang.bench_serving`` runs it (runpy): a module named __main__, with
+    # the module's spec, registered in sys.modules (pickling and lookups find its classes)
+    module = types.ModuleType("__main__")
+    module.__file__, module.__spec__, module.__loader__ = spec.origin, spec, spec.loader
+    module.__package__ = spec.parent
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
     exec(compile(body, spec.origin, "exec"), namespace)
     calculate = namespace["calculate_metrics"]
     signature = inspect.signature(calculate)
 
     def observed(*args: object, **kwargs: object) -> object:
+        # called right after it reads its duration's end: stamp it (perf_counter, as it)
+        called = time.perf_counter()
         given = signature.bind(*args, **kwargs).arguments
         outputs = [{k: getattr(o, k, None) for k in KEPT} for o in given["outputs"]]
-        out.write_text(json.dumps({"dur_s": given["dur_s"], "outputs": outputs}))
+        out.write_text(json.dumps({"dur_s": given["dur_s"], "called": called, "outputs": outputs}))
         return calculate(*args, **kwargs)
 
     namespace["calculate_metrics"] = observed

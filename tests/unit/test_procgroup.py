@@ -196,6 +196,19 @@ def test_a_swallowed_signal_is_raised_again_at_the_next_check_naming_where_it_la
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+def test_a_swallowed_signal_is_raised_on_leaving_even_over_another_failure():
+    interrupts = Interrupts()
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"), interrupts.raised():
+        _swallowed(signal.SIGINT)  # nothing polls after this
+    interrupts = Interrupts()
+    with pytest.raises(KeyboardInterrupt, match="SIGINT") as info, interrupts.raised():
+        _swallowed(signal.SIGINT)
+        raise RuntimeError("bring-up failed for another reason meanwhile")
+    assert isinstance(info.value.__context__, RuntimeError)  # kept, as the cause's context
+    with Interrupts().raised():  # no signal: leaves quietly
+        pass
+
+
 def test_a_signal_inside_raised_unwinds_where_it_lands():
     interrupts = Interrupts()
     with pytest.raises(KeyboardInterrupt, match="SIGINT"), interrupts.raised():

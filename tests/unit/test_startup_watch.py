@@ -161,3 +161,23 @@ def test_a_ctrl_c_swallowed_during_bring_up_stops_it_at_the_next_poll(plan, tmp_
     with pytest.raises(KeyboardInterrupt, match=r"SIGINT .*swallowed"), interrupts.raised():
         dep.start()  # no server ever answers: only the interrupt can end this
     assert executor.calls <= 2 * len(plan.servers)  # acted on in the round after it landed
+
+
+def test_a_ctrl_c_swallowed_before_bring_up_starts_nothing(plan, tmp_path):
+    import signal
+
+    from pytest_kimi.procgroup import Interrupts
+
+    class Counting(FakeExecutor):
+        started = 0
+
+        def start(self, spec, log_path: Path) -> Handle:
+            self.started += 1
+            return super().start(spec, log_path)
+
+    executor, interrupts = Counting(), Interrupts()
+    interrupts.note(signal.SIGINT, None)  # landed, and was swallowed, in an earlier step
+    dep = Deployment(plan, executor, tmp_path / "logs", timeout_s=3600, interrupts=interrupts)
+    with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+        dep.start()
+    assert executor.started == 0
