@@ -47,8 +47,8 @@ def manifest(
         "cluster": {"name": cluster.name, "file": str(cluster.path)},
         "backend": inputs.backend,
         "time_scale": inputs.time_scale,
-        "replicas": cluster.replicas,
-        "nodes_per_replica": cluster.nodes_per_replica,
+        "replicas": cluster.replicas_of(layout),
+        "nodes_per_replica": cluster.nodes_per_replica_of(layout),
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             "request_rate": str(wl.request_rate),
