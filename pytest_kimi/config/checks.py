@@ -157,6 +157,8 @@ def _check_layout(src: Located, raw: ClusterFile, name: str, layout: Any, names:
         )
     if layout.tp % layout.ep:
         raise src.error(f"{field}.ep", f"EP {layout.ep} must divide TP {layout.tp}")
+    if layout.router.node is not None and layout.router.node not in names:
+        raise src.error(f"{field}.router.node", f"{layout.router.node!r} is not one of the nodes")
     for sub, changes, base, managed in (
         ("args", layout.args, raw.server.args, SERVER_MANAGED),
         ("router.args", layout.router.args, raw.router.args, ROUTER_MANAGED),

@@ -61,6 +61,7 @@ class Layout:
     nodes: tuple[str, ...] = ()  # the nodes it runs on, in order; () = the cluster's
     replicas: int | None = None  # None: deployment.replicas
     nodes_per_replica: int | None = None  # None: deployment.nodes_per_replica
+    router_node: str | None = None  # None: router.node
     router_policy: str | None = None  # None: router.policy
     router_args: tuple[tuple[str, Any], ...] = ()  # over router.args; None removes one
 
@@ -305,6 +306,9 @@ class ClusterConfig:
 
     def server_env(self, layout: Layout) -> dict[str, str]:
         return {**self.server.env, **dict(layout.env)}
+
+    def router_node(self, layout: Layout) -> Node:
+        return self.node(layout.router_node or self.router.node)
 
     def router_policy(self, layout: Layout) -> str:
         return layout.router_policy or self.router.policy

@@ -135,6 +135,7 @@ def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
         nodes=tuple(layout.nodes or ()),
         replicas=layout.replicas,
         nodes_per_replica=layout.nodes_per_replica,
+        router_node=layout.router.node,
         router_policy=layout.router.policy,
         router_args=tuple(layout.router.args.items()),
     )  # fmt: skip

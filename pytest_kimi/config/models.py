@@ -150,6 +150,7 @@ class Deployment(_Model):
 class LayoutRouter(_Model):
     """The router of one layout: what differs from ``router``."""
 
+    node: NodeName | None = Field(None, description="Node the router runs on; default router.node.")
     policy: Text | None = Field(None, description="Load-balancing policy; default router.policy.")
     args: FlagChanges = Field(
         default_factory=dict,

@@ -159,7 +159,7 @@ def _deployed(cluster: ClusterConfig, layout: Layout | None) -> list[Node]:
     deployment's) and the router's."""
     replicas = cluster.replicas if layout is None else cluster.replicas_of(layout)
     used = {n.name: n for r in range(replicas) for n in cluster.replica_nodes(r, layout)}
-    router = cluster.node(cluster.router.node)
+    router = cluster.node(cluster.router.node) if layout is None else cluster.router_node(layout)
     used.setdefault(router.name, router)
     return list(used.values())
 

@@ -263,7 +263,7 @@ def plan_deployment(
                 )
             )
     rtr = cluster.router
-    router_node = cluster.node(rtr.node)
+    router_node = cluster.router_node(layout)
     router_port = port(rtr.port, router_node.host)
     prometheus_port = port(rtr.prometheus_port, router_node.host)
     workers = [s.url for s in servers if s.rank == 0]
