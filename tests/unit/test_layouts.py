@@ -171,3 +171,17 @@ def test_parallel_layouts_with_their_own_nodes_and_routers_are_fine(tmp_path):
     cluster = inputs.cluster
     assert {n.name for n in cluster.used_nodes(cluster.layout("pp8"))} == set(halves["pp8"])
     assert cluster.router_node(cluster.layout("pp8")).name == "node605"
+
+
+def test_the_manifest_says_what_a_layout_changes_and_what_it_runs_with():
+    from pytest_kimi.inputs import load_inputs
+    from pytest_kimi.manifest import manifest
+    from pytest_kimi.options import DEFAULT_CLUSTER, Options
+
+    inputs = load_inputs(Options(DEFAULT_CLUSTER, ("tp32-cp4k",), Path("out")), dry_run=True)
+    block = manifest(inputs, inputs.layouts[0], "run", None)["layout"]
+    assert block["own_args"] == {"chunked-prefill-size": 4096}
+    assert block["server_args"]["chunked-prefill-size"] == 4096
+    assert block["server_args"]["disable-radix-cache"] is True  # the cluster's, kept
+    assert block["nodes"] == [f"node60{i}" for i in range(1, 9)]
+    assert block["router_policy"] == "round_robin"
