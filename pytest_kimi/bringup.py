@@ -103,7 +103,7 @@ def deployment(
                                              lock_left.extend))  # fmt: skip
             # after the lock: a live run holds it, so what is found now was left by a dead one
             earlier_runs(inputs, executor, plan, say)
-            addrs = node_addresses(inputs, executor, say)
+            addrs = node_addresses(inputs, executor, say, layout)
             if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
                 scope = f"{folder.name}/{layout.name}"
                 plan = dep.plan = plan_deployment(
@@ -118,7 +118,8 @@ def deployment(
             on_manifest(plan, gpus or None)
             network_preflight(executor, plan, say, reach)
             check_router_version(inputs, executor, plan)
-            say(f"[kimi {layout.name}] bringing up {layout.label} x{inputs.cluster.replicas}")
+            replicas = inputs.cluster.replicas_of(layout)
+            say(f"[kimi {layout.name}] bringing up {layout.label} x{replicas}")
             dep.start()
             environments = _with_gpus(
                 _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}", reach),
@@ -205,12 +206,14 @@ def gpu_preflight(
     ]
 
 
-def node_addresses(inputs: Inputs, executor: Executor, say: Say) -> dict[str, str]:
+def node_addresses(
+    inputs: Inputs, executor: Executor, say: Say, layout: Layout | None = None
+) -> dict[str, str]:
     """The nodes' data-network addresses, resolved on the nodes that have no ``addr``; a
     loopback or unresolvable one is a :class:`~pytest_kimi.deploy.network.NetworkError`."""
     from pytest_kimi.deploy import network
 
-    addrs = network.node_addresses(inputs.cluster, executor)
+    addrs = network.node_addresses(inputs.cluster, executor, layout)
     if addrs:
         say("[kimi] addresses resolved on the nodes: "
             + ", ".join(f"{name} {addr}" for name, addr in addrs.items()))  # fmt: skip
@@ -402,8 +405,9 @@ def _teardown(
         say(f"[kimi {layout.name}] torn down; logs in {dep.log_dir}")
         findings = scan_logs(dep.log_dir, dep.log_marks)
         succeeded = sum(1 for r in result.records if r.success and not r.warmup)
+        replicas = inputs.cluster.replicas_of(layout)
         result.notes.extend(
-            quality_notes(findings, result.replica_counters, inputs.cluster.replicas, succeeded)
+            quality_notes(findings, result.replica_counters, replicas, succeeded)
         )
         if leftovers:
             result.notes.append("processes left running after teardown: " + ", ".join(leftovers))

@@ -95,11 +95,29 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         baseline = baseline_mod.load(options.baseline) if options.baseline else None
     except (ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError) as exc:
         raise UsageProblem(str(exc)) from None
+    if options.parallel and cluster.executor != "local":
+        check_apart(cluster, layouts)
     if options.endpoint and len(layouts) != 1:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
     if options.endpoint and not dry_run:
         check_endpoint(options.endpoint)
     return Inputs(options, cluster, layouts, slos, workload, thresholds, baseline)
+
+
+def check_apart(cluster: ClusterConfig, layouts: tuple[Layout, ...]) -> None:
+    """Under ``-n`` layouts are brought up at once: on a real cluster two of them on one node
+    would fight over its GPUs and ports. Each needs its own ``nodes:`` (and router node)."""
+    owner: dict[str, str] = {}
+    for layout in layouts:
+        used = {n.name for n in cluster.used_nodes(layout)} | {cluster.router_node(layout).name}
+        for node in sorted(used):
+            if node in owner:
+                raise UsageProblem(
+                    f"-n runs layouts at once, but {owner[node]} and {layout.name} both use "
+                    f"node {node} ({cluster.path}): give each layout its own `nodes:` and "
+                    "`router: {node: ...}`, or run without -n"
+                )
+            owner[node] = layout.name
 
 
 def check_endpoint(url: str, timeout_s: float = 5.0) -> None:

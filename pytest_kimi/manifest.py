@@ -43,12 +43,22 @@ def manifest(
     cluster, wl = inputs.cluster, inputs.cluster.workload
     out: dict[str, Any] = {
         "run_id": run_id,
-        "layout": {"name": layout.name, "tp": layout.tp, "pp": layout.pp, "ep": layout.ep},
+        "layout": {
+            "name": layout.name,
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "ep": layout.ep,
+            # what this layout changes from the cluster's defaults, and the flags it runs with
+            "own_args": dict(layout.args),
+            "server_args": cluster.server_args(layout),
+            "router_policy": cluster.router_policy(layout),
+            "nodes": [n.name for n in cluster.used_nodes(layout)],
+        },
         "cluster": {"name": cluster.name, "file": str(cluster.path)},
         "backend": inputs.backend,
         "time_scale": inputs.time_scale,
-        "replicas": cluster.replicas,
-        "nodes_per_replica": cluster.nodes_per_replica,
+        "replicas": cluster.replicas_of(layout),
+        "nodes_per_replica": cluster.nodes_per_replica_of(layout),
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             "request_rate": str(wl.request_rate),

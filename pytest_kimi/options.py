@@ -33,6 +33,7 @@ class Options:
     prompt: str | None = None  # over workload.prompt
     tokenizer: str | None = None  # local tokenizer dir for prompt: chat_template
     reap: bool = False  # --kimi-reap: stop processes earlier runs left on the nodes
+    parallel: bool = False  # -n N (pytest-xdist): layouts are measured at once
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -205,7 +206,16 @@ def resolve(config: pytest.Config) -> Options:
         prompt=config.getoption("kimi_prompt"),
         tokenizer=config.getoption("kimi_tokenizer"),
         reap=bool(config.getoption("kimi_reap", False)),
+        parallel=_parallel(config),
     )
+
+
+def _parallel(config: pytest.Config) -> bool:
+    """Whether pytest-xdist will run layouts at once (``-n N``, N > 1, or ``-n auto``)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if getattr(config.option, "dist", "no") == "no" or not workers:
+        return False
+    return workers == "auto" or int(workers) > 1
 
 
 def explicit(config: pytest.Config) -> bool:

@@ -9,7 +9,7 @@ the functions: they pull in numpy and the metrics, which the config must not nee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_kimi.config.models import ClusterFile
@@ -26,17 +26,11 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
         if node.name in names:
             raise src.error(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
         names.add(node.name)
-    replica_gpus = _replica_gpus(src, raw)
+    _replica_gpus(src, raw)  # the default deployment fits the nodes
+    _check_managed(src, "server.args", raw.server.args, SERVER_MANAGED)
+    _check_managed(src, "router.args", raw.router.args, ROUTER_MANAGED)
     for name, layout in raw.layouts.items():
-        field = f"layouts.{name}"
-        if layout.tp * layout.pp != replica_gpus:
-            raise src.error(
-                f"{field}.tp",
-                f"TP x PP = {layout.tp} x {layout.pp} = {layout.tp * layout.pp}, but one replica "
-                f"has {replica_gpus} GPUs (deployment.nodes_per_replica x nodes[].gpus)",
-            )
-        if layout.tp % layout.ep:
-            raise src.error(f"{field}.ep", f"EP {layout.ep} must divide TP {layout.tp}")
+        _check_layout(src, raw, name, layout, names)
     if raw.router.node is not None and raw.router.node not in names:
         raise src.error("router.node", f"{raw.router.node!r} is not one of the nodes")
     _check_client(src, raw, names)
@@ -109,6 +103,74 @@ def _check_container(src: Located, raw: ClusterFile, field: str, box: Any) -> No
             )
     elif box.image is None:
         raise src.error(field, "mode run needs 'image'")
+
+
+# flags the plan sets from the layout and the cluster: given again, they would contradict it
+SERVER_MANAGED = ("model-path", "tp-size", "pp-size", "ep-size", "nnodes", "node-rank",
+                  "dist-init-addr", "host", "port")  # fmt: skip
+ROUTER_MANAGED = ("worker-urls", "policy", "host", "port", "prometheus-host", "prometheus-port")
+
+
+def _check_managed(src: Located, field: str, flags: Mapping[str, Any], managed: Sequence[str]):
+    for flag in flags:
+        if flag in managed:
+            raise src.error(
+                f"{field}.{flag}",
+                f"--{flag} is set by pytest-kimi from the layout and the cluster; remove it here",
+            )
+
+
+def _check_layout(src: Located, raw: ClusterFile, name: str, layout: Any, names: set[str]):
+    """One layout: its nodes, replicas, GPUs, parallel sizes and flag changes."""
+    field = f"layouts.{name}"
+    dep = raw.deployment
+    replicas = layout.replicas or dep.replicas
+    per = layout.nodes_per_replica or dep.nodes_per_replica
+    nodes = list(raw.nodes)
+    if layout.nodes is not None:
+        seen: set[str] = set()
+        for i, node in enumerate(layout.nodes):
+            if node not in names:
+                raise src.error(f"{field}.nodes[{i}]", f"{node!r} is not one of the nodes")
+            if node in seen:
+                raise src.error(f"{field}.nodes[{i}]", f"{node!r} is listed twice")
+            seen.add(node)
+        by_name = {n.name: n for n in raw.nodes}
+        nodes = [by_name[n] for n in layout.nodes]
+    if replicas * per > len(nodes):
+        where = "nodes" if layout.nodes is not None else "replicas"
+        owned = "its" if layout.nodes is not None else "the cluster's"
+        raise src.error(
+            f"{field}.{where}",
+            f"{replicas} replicas x {per} nodes need {replicas * per} nodes, but {owned} "
+            f"'nodes' list {len(nodes)}",
+        )
+    gpus = {node.gpus for node in nodes[: replicas * per]}
+    if len(gpus) != 1:
+        raise src.error(f"{field}.nodes", "all nodes of one layout must have the same 'gpus'")
+    replica_gpus = per * gpus.pop()
+    if layout.tp * layout.pp != replica_gpus:
+        raise src.error(
+            f"{field}.tp",
+            f"TP x PP = {layout.tp} x {layout.pp} = {layout.tp * layout.pp}, but one replica "
+            f"has {replica_gpus} GPUs (nodes_per_replica {per} x nodes[].gpus)",
+        )
+    if layout.tp % layout.ep:
+        raise src.error(f"{field}.ep", f"EP {layout.ep} must divide TP {layout.tp}")
+    if layout.router.node is not None and layout.router.node not in names:
+        raise src.error(f"{field}.router.node", f"{layout.router.node!r} is not one of the nodes")
+    for sub, changes, base, managed in (
+        ("args", layout.args, raw.server.args, SERVER_MANAGED),
+        ("router.args", layout.router.args, raw.router.args, ROUTER_MANAGED),
+    ):
+        _check_managed(src, f"{field}.{sub}", changes, managed)
+        where = "server.args" if sub == "args" else "router.args"
+        for flag, value in changes.items():
+            if value is None and flag not in base:
+                raise src.error(
+                    f"{field}.{sub}.{flag}",
+                    f"null removes a flag, but {where} does not set --{flag}",
+                )
 
 
 def _replica_gpus(src: Located, raw: ClusterFile) -> int:

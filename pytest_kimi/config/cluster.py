@@ -8,7 +8,7 @@ sit next to the raw text, which goes into manifests as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,23 @@ class Node:
 
 @dataclass(frozen=True)
 class Layout:
-    """A parallel layout of one replica: tensor, pipeline and expert parallel sizes."""
+    """One configuration to measure: a parallel layout of one replica (tensor, pipeline and
+    expert parallel sizes) and what else it changes from the cluster's defaults. The cluster
+    resolves the defaults (:meth:`ClusterConfig.replicas_of`, :meth:`ClusterConfig.server_args`)."""
 
     name: str
     tp: int
     pp: int
     ep: int
     slo: tuple[tuple[str, str], ...] = ()  # SLOs for this layout only (override the cluster's)
+    args: tuple[tuple[str, Any], ...] = ()  # server flags over server.args; None removes one
+    env: tuple[tuple[str, str], ...] = ()  # server environment over server.env
+    nodes: tuple[str, ...] = ()  # the nodes it runs on, in order; () = the cluster's
+    replicas: int | None = None  # None: deployment.replicas
+    nodes_per_replica: int | None = None  # None: deployment.nodes_per_replica
+    router_node: str | None = None  # None: router.node
+    router_policy: str | None = None  # None: router.policy
+    router_args: tuple[tuple[str, Any], ...] = ()  # over router.args; None removes one
 
     @property
     def label(self) -> str:
@@ -266,6 +276,53 @@ class ClusterConfig:
                 "layouts", f"unknown layout {name!r}; this cluster defines: {known}"
             ) from None
 
-    def replica_nodes(self, replica: int) -> tuple[Node, ...]:
-        start = replica * self.nodes_per_replica
-        return self.nodes[start : start + self.nodes_per_replica]
+    def replicas_of(self, layout: Layout) -> int:
+        return layout.replicas or self.replicas
+
+    def nodes_per_replica_of(self, layout: Layout) -> int:
+        return layout.nodes_per_replica or self.nodes_per_replica
+
+    def layout_nodes(self, layout: Layout | None) -> tuple[Node, ...]:
+        """The nodes ``layout`` may use, in order (all of the cluster's unless it names some)."""
+        if layout is None or not layout.nodes:
+            return self.nodes
+        return tuple(self.node(name) for name in layout.nodes)
+
+    def replica_nodes(self, replica: int, layout: Layout | None = None) -> tuple[Node, ...]:
+        """The nodes of one replica: the first replicas x nodes_per_replica of the layout's
+        nodes, in order (without a layout: the cluster's default deployment)."""
+        per = self.nodes_per_replica if layout is None else self.nodes_per_replica_of(layout)
+        start = replica * per
+        return self.layout_nodes(layout)[start : start + per]
+
+    def used_nodes(self, layout: Layout) -> tuple[Node, ...]:
+        """Every node a layout's servers run on."""
+        replicas = range(self.replicas_of(layout))
+        return tuple(node for r in replicas for node in self.replica_nodes(r, layout))
+
+    def server_args(self, layout: Layout) -> dict[str, Any]:
+        """server.args with the layout's own changes (a None value removes a flag)."""
+        return merged(self.server.args, layout.args)
+
+    def server_env(self, layout: Layout) -> dict[str, str]:
+        return {**self.server.env, **dict(layout.env)}
+
+    def router_node(self, layout: Layout) -> Node:
+        return self.node(layout.router_node or self.router.node)
+
+    def router_policy(self, layout: Layout) -> str:
+        return layout.router_policy or self.router.policy
+
+    def router_args(self, layout: Layout) -> dict[str, Any]:
+        return merged(self.router.args, layout.router_args)
+
+
+def merged(base: Mapping[str, Any], changes: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """``base`` with ``changes`` applied in order: a value sets a flag, None removes it."""
+    out = dict(base)
+    for name, value in changes:
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out

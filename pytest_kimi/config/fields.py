@@ -88,6 +88,8 @@ def _flag_value(value: Any) -> Any:
 FlagValue = Annotated[str | int | float | bool, BeforeValidator(_flag_value)]
 Env = dict[EnvName, TextValue]
 Flags = dict[FlagName, FlagValue]
+# a layout's flags over the server's: a value of null removes the server's flag
+FlagChanges = dict[FlagName, FlagValue | None]
 
 
 def _port(value: Any) -> Any:

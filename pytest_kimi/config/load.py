@@ -128,7 +128,17 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
 
 def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
-    return Layout(name, layout.tp, layout.pp, layout.ep, tuple(layout.slo.items()))
+    return Layout(
+        name, layout.tp, layout.pp, layout.ep, tuple(layout.slo.items()),
+        args=tuple(layout.args.items()),
+        env=tuple(layout.env.items()),
+        nodes=tuple(layout.nodes or ()),
+        replicas=layout.replicas,
+        nodes_per_replica=layout.nodes_per_replica,
+        router_node=layout.router.node,
+        router_policy=layout.router.policy,
+        router_args=tuple(layout.router.args.items()),
+    )  # fmt: skip
 
 
 def _python(value: str) -> str:

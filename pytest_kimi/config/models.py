@@ -20,6 +20,7 @@ from pytest_kimi.config.fields import (
     Count,
     Env,
     EnvNames,
+    FlagChanges,
     Flags,
     GpuSelection,
     LayoutMap,
@@ -146,8 +147,20 @@ class Deployment(_Model):
     nodes_per_replica: Count = Field(description="Nodes one replica spans.")
 
 
+class LayoutRouter(_Model):
+    """The router of one layout: what differs from ``router``."""
+
+    node: NodeName | None = Field(None, description="Node the router runs on; default router.node.")
+    policy: Text | None = Field(None, description="Load-balancing policy; default router.policy.")
+    args: FlagChanges = Field(
+        default_factory=dict,
+        description="Router flags merged over router.args; a value of null removes one.",
+    )
+
+
 class LayoutModel(_Model):
-    """A parallel layout of one replica: TP x PP must equal the replica's GPUs."""
+    """One configuration to measure: a parallel layout of one replica (TP x PP must equal the
+    replica's GPUs) and whatever else differs from the cluster's defaults."""
 
     model_config = ConfigDict(title="Layout")
 
@@ -156,6 +169,21 @@ class LayoutModel(_Model):
     ep: Count = Field(1, description="Expert-parallel size; must divide tp.")
     slo: dict[str, TextValue] = Field(
         default_factory=dict, description="SLOs for this layout only (override the cluster's)."
+    )
+    args: FlagChanges = Field(
+        default_factory=dict,
+        description="Server flags merged over server.args; a value of null removes one.",
+    )
+    env: Env = Field(default_factory=dict, description="Server environment over server.env.")
+    nodes: Annotated[list[NodeName], NodeList] | None = Field(
+        None, description="Names of the nodes this layout runs on, in order; default: all."
+    )
+    replicas: Count | None = Field(None, description="Replicas; default deployment.replicas.")
+    nodes_per_replica: Count | None = Field(
+        None, description="Nodes one replica spans; default deployment.nodes_per_replica."
+    )
+    router: LayoutRouter = Field(
+        default_factory=LayoutRouter, description=LayoutRouter.__doc__
     )
 
 

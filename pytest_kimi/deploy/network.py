@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from pytest_kimi.config import ClusterConfig, Node
+    from pytest_kimi.config import ClusterConfig, Layout, Node
     from pytest_kimi.deploy.executor import Executor
     from pytest_kimi.deploy.plan import DeploymentPlan
 
@@ -115,7 +115,9 @@ def address_problem(node: Node, interface: str | None, code: int, text: str) -> 
     return addr, ""
 
 
-def node_addresses(cluster: ClusterConfig, executor: Executor) -> dict[str, str]:
+def node_addresses(
+    cluster: ClusterConfig, executor: Executor, layout: Layout | None = None
+) -> dict[str, str]:
     """``node name -> address`` for the nodes whose address had to be resolved on the node
     (``addr`` absent); every node's address checked not loopback. Raises one
     :class:`NetworkError` listing every problem. Local clusters: ``{}`` (loopback is right)."""
@@ -124,7 +126,7 @@ def node_addresses(cluster: ClusterConfig, executor: Executor) -> dict[str, str]
     interface = cluster.network.interface
     problems: list[str] = []
     ask: list[Node] = []
-    for node in _deployed(cluster):
+    for node in _deployed(cluster, layout):
         if node.addr is not None and is_ip(node.addr):
             if is_loopback(node.addr):
                 problems.append(
@@ -152,10 +154,12 @@ def node_addresses(cluster: ClusterConfig, executor: Executor) -> dict[str, str]
     return resolved
 
 
-def _deployed(cluster: ClusterConfig) -> list[Node]:
-    """The nodes a deployment uses: the replicas' nodes and the router's."""
-    used = {n.name: n for r in range(cluster.replicas) for n in cluster.replica_nodes(r)}
-    router = cluster.node(cluster.router.node)
+def _deployed(cluster: ClusterConfig, layout: Layout | None) -> list[Node]:
+    """The nodes a deployment uses: the layout's replicas' nodes (without one: the default
+    deployment's) and the router's."""
+    replicas = cluster.replicas if layout is None else cluster.replicas_of(layout)
+    used = {n.name: n for r in range(replicas) for n in cluster.replica_nodes(r, layout)}
+    router = cluster.node(cluster.router.node) if layout is None else cluster.router_node(layout)
     used.setdefault(router.name, router)
     return list(used.values())
 

@@ -215,8 +215,8 @@ def plan_deployment(
     clock = mock_clock_path(cluster, gpu_scope)
     model_path = resolve_model_path(srv.model_path)
     servers: list[ProcessSpec] = []
-    for replica in range(cluster.replicas):
-        nodes = cluster.replica_nodes(replica)
+    for replica in range(cluster.replicas_of(layout)):
+        nodes = cluster.replica_nodes(replica, layout)
         head = nodes[0]
         dist_port = port(srv.dist_init_port, head.host)
         head_addr = addr(head) or head.host
@@ -233,7 +233,7 @@ def plan_deployment(
                 "--dist-init-addr", f"{_url_host(head_addr)}:{dist_port}",
                 "--host", addr(node) or node.host,
                 "--port", str(http_port),
-                *_flags(srv.args),
+                *_flags(cluster.server_args(layout)),
             ]  # fmt: skip
             if srv.module == MOCK_MODULE and cluster.mock is not None:
                 argv += [
@@ -252,7 +252,7 @@ def plan_deployment(
                     name=f"replica{replica}-node{rank}-{node.name}",
                     node=node,
                     argv=tuple(argv),
-                    env={**socket_env, **srv.env, **node.env},
+                    env={**socket_env, **cluster.server_env(layout), **node.env},
                     replica=replica,
                     rank=rank,
                     port=http_port,
@@ -263,7 +263,7 @@ def plan_deployment(
                 )
             )
     rtr = cluster.router
-    router_node = cluster.node(rtr.node)
+    router_node = cluster.router_node(layout)
     router_port = port(rtr.port, router_node.host)
     prometheus_port = port(rtr.prometheus_port, router_node.host)
     workers = [s.url for s in servers if s.rank == 0]
@@ -271,12 +271,12 @@ def plan_deployment(
     router_argv = [
         *rtr.wrapper, rtr.python, "-m", rtr.module,
         "--worker-urls", *workers,
-        "--policy", rtr.policy,
+        "--policy", cluster.router_policy(layout),
         "--host", router_addr,
         "--port", str(router_port),
         "--prometheus-host", router_addr,
         "--prometheus-port", str(prometheus_port),
-        *_flags(rtr.args),
+        *_flags(cluster.router_args(layout)),
     ]  # fmt: skip
     router = ProcessSpec(
         name="router",

@@ -49,13 +49,13 @@ def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
     """``layout``'s deployment as the cluster file describes it (KeyError names known ones)."""
     lay = cluster.layout(layout)
     wl = cluster.workload
-    chunk = cluster.server.args.get("chunked-prefill-size", 8192)
+    chunk = cluster.server_args(lay).get("chunked-prefill-size", 8192)
     return Deployment(
         tp=lay.tp,
         pp=lay.pp,
         ep=lay.ep,
-        gpus_per_node=min(n.gpus for n in cluster.nodes),
-        replicas=cluster.replicas,
+        gpus_per_node=min(n.gpus for n in cluster.used_nodes(lay)),
+        replicas=cluster.replicas_of(lay),
         num_requests=wl.num_requests,
         output_len=wl.output_len,
         concurrency=wl.concurrency,

@@ -252,6 +252,26 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
     )
 
 
+def test_dry_run_shows_each_layouts_own_flags_and_only_its_own(pytester):
+    root = Path(__file__).parents[2]
+    result = pytester.runpytest_subprocess(
+        f"--cluster={root / 'clusters' / 'local.yaml'}", "--layout=tp32,tp32-cp4k",
+        "--kimi-dry-run",
+    )  # fmt: skip
+    assert result.ret == 0
+    text = result.stdout.str()
+    sections = {
+        block.split(" ", 1)[0]: block for block in text.split("# layout ")[1:]
+    }  # layout name -> its commands
+    servers = {name: [line for line in block.splitlines() if "launch_server" in line]
+               for name, block in sections.items()}  # fmt: skip
+    assert len(servers["tp32"]) == len(servers["tp32-cp4k"]) == 8
+    assert all("--chunked-prefill-size 4096" in line for line in servers["tp32-cp4k"])
+    assert not any("8192" in line for line in servers["tp32-cp4k"])
+    assert all("--chunked-prefill-size 8192" in line for line in servers["tp32"])
+    assert not any("4096" in line for line in servers["tp32"])
+
+
 def test_layout_slos_cli_layout_overrides_and_marker_make_their_own_items(
     project: pytest.Pytester,
 ):

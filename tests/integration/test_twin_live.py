@@ -1,6 +1,7 @@
-"""The twin check on the live product path: the mock's DP2 tp32-vs-pp8 run, through the real
-router and the product's client, must equal the offline twin of the same prompts, and show the
-seed's headline trade-off (PP8: lower TTFT p95, higher TPOT, longer, lower throughput)."""
+"""The twin check on the live product path: the mock's DP2 run of tp32, pp8 and tp32-cp4k,
+through the real router and the product's client, must equal the offline twin of the same
+prompts, show the seed's headline trade-off (PP8: lower TTFT p95, higher TPOT, longer, lower
+throughput), and move TTFT and TPOT with a smaller chunked prefill as the model predicts."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ TOLERANCE = 0.01  # each live cell within 1% of the twin: two live runs within 2
 
 @pytest.fixture(scope="module")
 def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One run of the mission's command on the mock (both layouts); its run folder."""
+    """One run of the mission's command on the mock, with tp32-cp4k; its run folder."""
     import subprocess
     import sys
 
@@ -30,7 +31,7 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "test_speedbench.py").write_text((ROOT / "tests/perf/test_speedbench.py").read_text())
     (work / "local.yaml").write_text(LOCAL.read_text())
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--cluster=local.yaml", "--layout=tp32,pp8",
+        [sys.executable, "-m", "pytest", "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k",
          "--kimi-report-dir=out", "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
         cwd=work, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -39,7 +40,7 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("layout", ["tp32", "pp8"])
+@pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k"])
 def test_the_live_mock_equals_its_twin_on_every_seed_cell(mission_run: Path, layout: str):
     """The mock's model, run live (8 server processes, the router, the product's client, one
     shared clock), gives what the offline twin gives on the same prompts: the wall time of
@@ -79,3 +80,28 @@ def test_mock_dp2_reproduces_the_seed_directions(mission_run: Path):
         assert not lower(metric), (metric, rows[metric])
     for metric in ("input_throughput", "output_throughput", "total_throughput"):
         assert lower(metric), (metric, rows[metric])
+
+
+def _twin(cluster, layout: str) -> dict:
+    lens = mission.mission_input_lens(cluster)
+    deployment = mission.deployment(cluster, layout)
+    return mission.summarize_twin(
+        mission.simulate_deployment(mission.profile_of(cluster), deployment, lens)
+    ).to_dict()
+
+
+def test_a_smaller_chunked_prefill_moves_ttft_and_tpot_as_the_model_predicts(mission_run: Path):
+    """tp32-cp4k is tp32 with ``chunked-prefill-size: 4096`` (its own ``args``): a 16K prompt
+    takes four prefill steps instead of two, each paying the per-step overhead, so the model
+    predicts a longer TTFT and, with more steps between decodes, a longer TPOT. The live run
+    must move the same way, by about as much."""
+    cluster = load_cluster(LOCAL)
+    twin = {name: _twin(cluster, name) for name in ("tp32", "tp32-cp4k")}
+    live = {name: json.loads((mission_run / name / "summary.json").read_text())
+            for name in ("tp32", "tp32-cp4k")}  # fmt: skip
+    for cell in ("mean_ttft_ms", "mean_tpot_ms", "p95_tpot_ms"):
+        predicted = twin["tp32-cp4k"][cell] / twin["tp32"][cell] - 1
+        measured = live["tp32-cp4k"][cell] / live["tp32"][cell] - 1
+        assert predicted > 2 * TOLERANCE, (cell, predicted)  # the model says it matters
+        assert measured > 0 and abs(measured - predicted) <= 2 * TOLERANCE, (
+            cell, predicted, measured)  # fmt: skip

@@ -118,9 +118,13 @@ def test_local_yaml_loads() -> None:
     assert [n.name for n in cfg.nodes] == [f"node60{i}" for i in range(1, 9)]
     assert all(n.host == "127.0.0.1" and n.gpus == 8 for n in cfg.nodes)
     assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
-    assert list(cfg.layouts) == ["tp32", "pp8"]
+    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k"]
     assert cfg.layouts["tp32"] == Layout("tp32", tp=32, pp=1, ep=4)
     assert cfg.layouts["pp8"] == Layout("pp8", tp=4, pp=8, ep=4)
+    cp4k = cfg.layout("tp32-cp4k")
+    assert cp4k == Layout("tp32-cp4k", tp=32, pp=1, ep=4, args=(("chunked-prefill-size", 4096),))
+    assert cfg.server_args(cp4k)["chunked-prefill-size"] == 4096
+    assert cfg.server_args(cfg.layout("tp32"))["chunked-prefill-size"] == 8192
     assert cfg.layout("tp32").label == "TP32/PP1/EP4"
     assert cfg.layout("pp8").label == "TP4/PP8/EP4"
 
