@@ -88,33 +88,59 @@ class Watchdog:
             self.crashed = f"{type(exc).__name__}: {exc}"
 
     def check(self) -> str:
-        """One round: what is lost ("" when everything is there)."""
+        """One round: what is lost ("" when everything is there). Every process is asked, so
+        when one death takes others with it (rank 0 exits on "connection to node rank 1
+        lost"), the cause is named first: a process killed by a signal (kill -9, the OOM
+        killer, a reboot) before one that exited on its own, and the others after it."""
         self.rounds += 1
+        exited: list[tuple[Handle, int]] = []
+        unanswered = ""
         for handle in self.handles:
             if self._stop.is_set():
                 return ""
-            problem = self._process(handle)
-            if problem:
-                return problem
+            code, problem = self._process(handle)
+            if code is not None:
+                exited.append((handle, code))
+            unanswered = unanswered or problem
+        if exited and not any(killed(code) for _, code in exited):
+            # a process that exited by itself is often reacting to one that died after we
+            # asked it, earlier in this round: ask the others once more before naming a cause
+            gone = {id(h) for h, _ in exited}
+            for handle in self.handles:
+                if id(handle) not in gone:
+                    code, _ = self._process(handle)
+                    if code is not None:
+                        exited.append((handle, code))
+        if exited:
+            return self._exited(exited)
+        if unanswered:
+            return unanswered
         return self._router() if self.readiness_url else ""
 
-    def _process(self, handle: Handle) -> str:
+    def _process(self, handle: Handle) -> tuple[int | None, str]:
+        """(its exit code or None, a missed poll's problem or "")."""
         spec = handle.spec
-        where = f"{spec.name} (" + (f"replica {spec.replica}, " if spec.replica is not None else "")
-        where += f"node {spec.node.name}, {spec.node.host})"
         try:
             code = self.executor.exit_code(handle)
         except Exception as exc:  # an SSH node that stopped answering
-            return self._missed_poll(spec.node.name, f"node {spec.node.name} ({spec.node.host})"
-                                     f" cannot be asked about {spec.name}: {exc}")  # fmt: skip
+            return None, self._missed_poll(
+                spec.node.name,
+                f"node {spec.node.name} ({spec.node.host}) cannot be asked about {spec.name}: "
+                f"{exc}",
+            )
         self._missed.pop(spec.node.name, None)
-        if code is None:
-            return ""
-        tail = self.executor.log_tail(handle, self.log_lines)
+        return code, ""
+
+    def _exited(self, exited: list[tuple[Handle, int]]) -> str:
+        ordered = sorted(exited, key=lambda pair: not killed(pair[1]))  # stable: then in order
+        first, code = ordered[0]
+        tail = self.executor.log_tail(first, self.log_lines)
+        also = "; ".join(f"{_where(h)} (exit code {c})" for h, c in ordered[1:])
         return (
-            f"{where} exited with code {code} during the run; the layout is no longer what "
-            f"is measured; last lines of its log:\n{tail}"
-        )
+            f"{_where(first)} exited with code {code} during the run; the layout is no longer "
+            f"what is measured" + (f"; also gone: {also}" if also else "")
+            + f"; last lines of its log:\n{tail}"
+        )  # fmt: skip
 
     def _router(self) -> str:
         from pytest_kimi.deploy.readiness import FormatError, readiness_count
@@ -175,3 +201,15 @@ def abort_on_loss(abort: Abort) -> Callable[[str], None]:
         abort.trip(f"watchdog: {problem}")
 
     return on_lost
+
+
+def killed(code: int) -> bool:
+    """An exit code that says a signal ended the process: negative (Popen), 128 + N (a
+    shell), or a group that vanished without writing one (-9, ``remote.parse_exit_code``)."""
+    return code < 0 or code > 128
+
+
+def _where(handle: Handle) -> str:
+    spec = handle.spec
+    replica = f"replica {spec.replica}, " if spec.replica is not None else ""
+    return f"{spec.name} ({replica}node {spec.node.name}, {spec.node.host})"

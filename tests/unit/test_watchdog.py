@@ -74,6 +74,36 @@ def test_an_exited_process_is_lost_at_once_naming_node_and_log():
     assert "last words of replica1-node1-n4" in problem
 
 
+@pytest.mark.parametrize("killed_code", [-9, 137])
+def test_when_one_death_takes_others_the_killed_one_is_named_first(killed_code):
+    # rank 1 was killed; rank 0 (asked first) then exited on "connection to rank 1 lost"
+    executor = FakeExecutor()
+    executor.codes = {"replica0-node0-n1": 1, "replica1-node1-n4": killed_code}
+    problem = _dog(executor).check()
+    assert problem.startswith(f"replica1-node1-n4 (replica 1, node n4, n4.lan) exited with code "
+                              f"{killed_code}"), problem  # fmt: skip
+    assert "also gone: replica0-node0-n1 (replica 0, node n1, n1.lan) (exit code 1)" in problem
+    assert "last words of replica1-node1-n4" in problem
+    executor.codes = {"replica0-node0-n1": 1, "replica1-node1-n4": 2}  # neither killed
+    assert _dog(executor).check().startswith("replica0-node0-n1 ")  # the order asked
+
+
+def test_a_process_killed_after_it_was_asked_is_still_named_as_the_cause():
+    # the round asks rank 1 (running), then rank 1 is killed and rank 0 exits reacting to it
+    class Racing(FakeExecutor):
+        def exit_code(self, handle: Handle) -> int | None:
+            code = super().exit_code(handle)
+            if handle.spec.name == "replica1-node1-n4" and self.asked == 1:
+                self.codes.update({"replica1-node1-n4": -9, "replica0-node0-n1": 1})
+            return code
+
+    handles = list(reversed(HANDLES))  # rank 1 asked first
+    dog = Watchdog(Racing(), handles, lambda problem: None, interval_s=0.01)
+    problem = dog.check()
+    assert problem.startswith("replica1-node1-n4 (replica 1, node n4, n4.lan) exited with code -9")
+    assert "also gone: replica0-node0-n1" in problem
+
+
 def test_an_unanswering_node_is_lost_only_after_misses_in_a_row():
     executor = FakeExecutor()
     dog = _dog(executor, misses=2)
