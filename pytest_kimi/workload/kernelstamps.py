@@ -8,7 +8,9 @@ move. Stamps are CLOCK_REALTIME; :func:`to_monotonic` puts them on CLOCK_MONOTON
 clocks read at that moment.
 
 Where the option does not exist (not Linux) :func:`enable` says so and readers fall back to
-the time they read.
+the time they read. They do the same for a segment without a stamp: Linux switches stamping
+on for the whole system lazily (the first socket that asks schedules it on a work queue), so
+the first segments a quiet machine receives after that may carry none.
 """
 
 from __future__ import annotations

@@ -12,6 +12,21 @@ from pytest_kimi.workload import kernelstamps
 SLACK_S = 50e-6  # the realtime -> monotonic conversion, bracketed by two reads
 
 
+def _until_stamped(client: socket.socket, server: socket.socket, timeout_s: float = 10.0):
+    """Linux turns receive stamping on for the whole system lazily: the first socket that asks
+    schedules the switch on a work queue, and segments that arrive before it runs carry no
+    stamp (the product then falls back to its read time). Wait for the switch by sending a
+    byte until one arrives stamped, so the tests see stamping that is on."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        client.sendall(b".")
+        _, ancillary, _, _ = server.recvmsg(16, kernelstamps.ANCILLARY_SIZE)
+        if kernelstamps.stamp(ancillary) is not None:
+            return
+        assert time.monotonic() < deadline, "the kernel never stamped a segment"
+        time.sleep(0.001)
+
+
 @pytest.fixture
 def pair():
     listener = socket.socket()
@@ -21,6 +36,7 @@ def pair():
     client = socket.create_connection(listener.getsockname())
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each send: its own segment
     server, _ = listener.accept()
+    _until_stamped(client, server)
     yield client, server
     for sock in (client, server, listener):
         sock.close()
