@@ -109,8 +109,7 @@ def check_apart(cluster: ClusterConfig, layouts: tuple[Layout, ...]) -> None:
     would fight over its GPUs and ports. Each needs its own ``nodes:`` (and router node)."""
     owner: dict[str, str] = {}
     for layout in layouts:
-        used = {n.name for n in cluster.used_nodes(layout)} | {cluster.router_node(layout).name}
-        for node in sorted(used):
+        for node in sorted(n.name for n in cluster.deployment_nodes(layout)):
             if node in owner:
                 raise UsageProblem(
                     f"-n runs layouts at once, but {owner[node]} and {layout.name} both use "

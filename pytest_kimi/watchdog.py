@@ -93,29 +93,35 @@ class Watchdog:
         lost"), the cause is named first: a process killed by a signal (kill -9, the OOM
         killer, a reboot) before one that exited on its own, and the others after it."""
         self.rounds += 1
-        exited: list[tuple[Handle, int]] = []
-        unanswered = ""
-        for handle in self.handles:
-            if self._stop.is_set():
-                return ""
-            code, problem = self._process(handle)
-            if code is not None:
-                exited.append((handle, code))
-            unanswered = unanswered or problem
+        asked = self._ask(self.handles)
+        if asked is None:
+            return ""
+        exited, unanswered = asked
         if exited and not any(killed(code) for _, code in exited):
             # a process that exited by itself is often reacting to one that died after we
             # asked it, earlier in this round: ask the others once more before naming a cause
             gone = {id(h) for h, _ in exited}
-            for handle in self.handles:
-                if id(handle) not in gone:
-                    code, _ = self._process(handle)
-                    if code is not None:
-                        exited.append((handle, code))
+            again = self._ask([h for h in self.handles if id(h) not in gone])
+            exited += again[0] if again else []
         if exited:
             return self._exited(exited)
         if unanswered:
             return unanswered
         return self._router() if self.readiness_url else ""
+
+    def _ask(self, handles: list[Handle]) -> tuple[list[tuple[Handle, int]], str] | None:
+        """The processes among ``handles`` that exited, with their codes, and the first missed
+        poll's problem ("" when none); None when the watch was stopped while asking."""
+        exited: list[tuple[Handle, int]] = []
+        unanswered = ""
+        for handle in handles:
+            if self._stop.is_set():
+                return None
+            code, problem = self._process(handle)
+            if code is not None:
+                exited.append((handle, code))
+            unanswered = unanswered or problem
+        return exited, unanswered
 
     def _process(self, handle: Handle) -> tuple[int | None, str]:
         """(its exit code or None, a missed poll's problem or "")."""

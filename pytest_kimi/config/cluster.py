@@ -276,8 +276,8 @@ class ClusterConfig:
                 "layouts", f"unknown layout {name!r}; this cluster defines: {known}"
             ) from None
 
-    def replicas_of(self, layout: Layout) -> int:
-        return layout.replicas or self.replicas
+    def replicas_of(self, layout: Layout | None) -> int:
+        return layout.replicas if layout is not None and layout.replicas else self.replicas
 
     def nodes_per_replica_of(self, layout: Layout) -> int:
         return layout.nodes_per_replica or self.nodes_per_replica
@@ -295,10 +295,18 @@ class ClusterConfig:
         start = replica * per
         return self.layout_nodes(layout)[start : start + per]
 
-    def used_nodes(self, layout: Layout) -> tuple[Node, ...]:
-        """Every node a layout's servers run on."""
+    def used_nodes(self, layout: Layout | None = None) -> tuple[Node, ...]:
+        """Every node a layout's servers run on (without a layout: the default deployment's)."""
         replicas = range(self.replicas_of(layout))
         return tuple(node for r in replicas for node in self.replica_nodes(r, layout))
+
+    def deployment_nodes(self, layout: Layout | None = None) -> tuple[Node, ...]:
+        """Every node a deployment touches: its servers' nodes, then the router's if it is not
+        one of them."""
+        used = {node.name: node for node in self.used_nodes(layout)}
+        router = self.router_node(layout)
+        used.setdefault(router.name, router)
+        return tuple(used.values())
 
     def server_args(self, layout: Layout) -> dict[str, Any]:
         """server.args with the layout's own changes (a None value removes a flag)."""
@@ -307,8 +315,9 @@ class ClusterConfig:
     def server_env(self, layout: Layout) -> dict[str, str]:
         return {**self.server.env, **dict(layout.env)}
 
-    def router_node(self, layout: Layout) -> Node:
-        return self.node(layout.router_node or self.router.node)
+    def router_node(self, layout: Layout | None = None) -> Node:
+        own = layout.router_node if layout is not None else None
+        return self.node(own or self.router.node)
 
     def router_policy(self, layout: Layout) -> str:
         return layout.router_policy or self.router.policy

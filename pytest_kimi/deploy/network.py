@@ -126,7 +126,7 @@ def node_addresses(
     interface = cluster.network.interface
     problems: list[str] = []
     ask: list[Node] = []
-    for node in _deployed(cluster, layout):
+    for node in cluster.deployment_nodes(layout):
         if node.addr is not None and is_ip(node.addr):
             if is_loopback(node.addr):
                 problems.append(
@@ -152,16 +152,6 @@ def node_addresses(
             resolved[node.name] = addr
     _raise("address check", problems, "")
     return resolved
-
-
-def _deployed(cluster: ClusterConfig, layout: Layout | None) -> list[Node]:
-    """The nodes a deployment uses: the layout's replicas' nodes (without one: the default
-    deployment's) and the router's."""
-    replicas = cluster.replicas if layout is None else cluster.replicas_of(layout)
-    used = {n.name: n for r in range(replicas) for n in cluster.replica_nodes(r, layout)}
-    router = cluster.node(cluster.router.node) if layout is None else cluster.router_node(layout)
-    used.setdefault(router.name, router)
-    return list(used.values())
 
 
 # ------------------------------------------------------------------------- reachability

@@ -6,58 +6,35 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clusterfile import BASE as CLUSTER_BASE
+from clusterfile import L_PP2, edit, load_error, write
 
 from pytest_kimi.config import ConfigError, load_cluster
 from pytest_kimi.deploy.plan import plan_deployment
 
-BASE = """\
-name: t
-executor: local
-nodes:
-  - {name: n1, host: 127.0.0.1, gpus: 8}
-  - {name: n2, host: 127.0.0.1, gpus: 8}
-  - {name: n3, host: 127.0.0.1, gpus: 8}
-  - {name: n4, host: 127.0.0.1, gpus: 8}
-deployment:
-  replicas: 2
-  nodes_per_replica: 2
-layouts:
-  tp16: {tp: 16, pp: 1, ep: 4}
-  LAYOUT
-server:
-  model_path: /models/m
-  args:
-    chunked-prefill-size: 8192
-    disable-radix-cache: true
-  env: {NCCL_DEBUG: WARN}
-router:
-  node: n1
-  args:
-    request-timeout-secs: 600
-workload:
-  dataset: /data/d.jsonl
-  num_requests: 4
-  input_len: 16
-  output_len: 8
-  concurrency: 2
-slo:
-  ttft_p95: 30s
-"""
-L_LAYOUT = 13  # the line LAYOUT stands on
+# The configuration tests' cluster file with a few flags, an environment and router arguments
+# to merge over, and the line of its second layout free for each test's own.
+BASE = edit(
+    "  pp2: {tp: 8, pp: 2, ep: 8}\n",
+    "  LAYOUT\n",
+    edit(
+        "    chunked-prefill-size: 8192\n",
+        "    chunked-prefill-size: 8192\n"
+        "    disable-radix-cache: true\n"
+        "  env: {NCCL_DEBUG: WARN}\n",
+        edit("  node: n1\n", "  node: n1\n  args:\n    request-timeout-secs: 600\n", CLUSTER_BASE),
+    ),
+)
+L_LAYOUT = L_PP2  # the line LAYOUT stands on
 
 
 def _load(tmp_path: Path, layout: str):
-    path = tmp_path / "cluster.yaml"
-    path.write_text(BASE.replace("LAYOUT", layout), encoding="utf-8")
+    path = write(tmp_path, BASE.replace("LAYOUT", layout))
     return path, load_cluster(path)
 
 
 def _error(tmp_path: Path, layout: str) -> tuple[Path, str]:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(BASE.replace("LAYOUT", layout), encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        load_cluster(path)
-    return path, str(info.value)
+    return load_error(tmp_path, BASE.replace("LAYOUT", layout))
 
 
 def _argv(cluster, name: str) -> list[list[str]]:
