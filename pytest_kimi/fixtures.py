@@ -15,8 +15,10 @@ import pytest
 if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
     from pytest_kimi.config import Layout
+    from pytest_kimi.points import Point
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.run import Run
+    from pytest_kimi.search import Search
     from pytest_kimi.slo import Slo
 
 
@@ -53,6 +55,13 @@ def kimi_layout(request: pytest.FixtureRequest) -> Layout:
 
 
 @pytest.fixture(scope="session")
+def kimi_point(request: pytest.FixtureRequest) -> Point:
+    """The workload point under test (parametrized from the ``--kimi-concurrency`` ... lists
+    and the cluster file's; one point with an empty id when nothing is swept)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
 def kimi_endpoint(kimi_session: Run, kimi_layout: Layout) -> Iterator[str]:
     """The router URL of the layout's running deployment; torn down after its tests."""
     with kimi_session.deployment(kimi_layout) as endpoint:
@@ -60,9 +69,12 @@ def kimi_endpoint(kimi_session: Run, kimi_layout: Layout) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def kimi_result(kimi_session: Run, kimi_layout: Layout, kimi_endpoint: str) -> LayoutResult:
-    """The workload, run once per layout: records, summary and SLO verdicts."""
-    return kimi_session.measure(kimi_layout, kimi_endpoint)
+def kimi_result(
+    kimi_session: Run, kimi_layout: Layout, kimi_point: Point, kimi_endpoint: str
+) -> LayoutResult:
+    """The workload, run once per layout and workload point: records, summary and SLO
+    verdicts."""
+    return kimi_session.measure(kimi_layout, kimi_endpoint, kimi_point)
 
 
 def _figures(result: LayoutResult) -> dict[str, float]:
@@ -75,20 +87,26 @@ def speedbench(kimi_result: LayoutResult, record_property) -> LayoutResult:
     ``ttft_p95``, ``output_throughput``)."""
     record_property("layout", kimi_result.name)
     record_property("layout_label", kimi_result.label)
+    if kimi_result.point:
+        record_property("point", kimi_result.point)
     for name, value in _figures(kimi_result).items():
         record_property(name, value)
     return kimi_result
 
 
 @pytest.fixture
-def kimi_benchmark(benchmark, kimi_session: Run, kimi_layout: Layout, kimi_endpoint: str):
+def kimi_benchmark(
+    benchmark, kimi_session: Run, kimi_layout: Layout, kimi_point: Point, kimi_endpoint: str
+):
     """Run the layout's workload through pytest-benchmark's ``benchmark`` fixture (one round),
     figures in ``extra_info``, so ``--benchmark-autosave`` / ``pytest-benchmark compare`` work
     on our runs. Timings there are wall time; the cluster-time figures are in extra_info."""
     result = benchmark.pedantic(
-        kimi_session.measure, args=(kimi_layout, kimi_endpoint), rounds=1, iterations=1
-    )
+        kimi_session.measure, args=(kimi_layout, kimi_endpoint, kimi_point), rounds=1,
+        iterations=1,
+    )  # fmt: skip
     benchmark.extra_info["layout"] = kimi_layout.name
+    benchmark.extra_info["point"] = kimi_point.describe()
     benchmark.extra_info["layout_label"] = kimi_layout.label
     benchmark.extra_info["time_scale"] = kimi_session.time_scale
     benchmark.extra_info.update(_figures(result))
@@ -118,16 +136,23 @@ def kimi_slo(kimi_slos: dict[str, Slo]) -> Callable[[str], Slo]:
     return get
 
 
+@pytest.fixture(scope="session")
+def kimi_max_concurrency(kimi_session: Run, kimi_layout: Layout, kimi_endpoint: str) -> Search:
+    """``--kimi-find-max-concurrency``: the highest concurrency at which the layout meets
+    every SLO (:mod:`pytest_kimi.search`), searched on its deployment after its points."""
+    return kimi_session.find_max_concurrency(kimi_layout, kimi_endpoint)
+
+
 @pytest.fixture
 def kimi_regression(
-    kimi_session: Run, kimi_layout: Layout, kimi_result: LayoutResult
+    kimi_session: Run, kimi_layout: Layout, kimi_point: Point, kimi_result: LayoutResult
 ) -> Callable[[str], Judgement]:
     """Judge one metric of this layout against ``--kimi-baseline``: ``kimi_regression(name)``."""
     from pytest_kimi.baseline import BaselineError
 
     def judge(metric: str) -> Any:
         try:
-            return kimi_session.judge(kimi_layout, metric)
+            return kimi_session.judge(kimi_layout, metric, kimi_point)
         except BaselineError as exc:
             pytest.fail(str(exc), pytrace=False)
 

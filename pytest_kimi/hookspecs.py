@@ -7,6 +7,7 @@ Implement them like any pytest hook::
 
     def pytest_kimi_comparison(config, model):
         model["layouts"][0]["notes"].append("checked by our conftest")
+        # a sweep's model has a comparison per workload point: model["points"][i]["layouts"]
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_kimi_layout_result(config: pytest.Config, result: LayoutResult) -> None:
     """A layout's run has finished and its ``summary.json`` is written: records, summary,
     SLO verdicts and notes are in ``result`` (``result.error`` says why when it failed).
-    Called in the process that measured it (an xdist worker under ``-n``)."""
+    With workload points, once per point (``result.point``), and once for a deployment that
+    failed to come up. Called in the process that measured it (an xdist worker under
+    ``-n``)."""
 
 
 @hookspec

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from pytest_kimi import catalogue
 from pytest_kimi import slo as slo_mod
 from pytest_kimi.options import Options
+from pytest_kimi.points import OPTION, Point, PointError, parse_values, points
 
 if TYPE_CHECKING:
-    from pytest_kimi.config import ClusterConfig, Layout
+    from pytest_kimi.config import ClusterConfig, Layout, WorkloadConfig
     from pytest_kimi.workload.dataset import Workload
 
 
@@ -35,6 +36,28 @@ class Inputs:
     workload: Workload | None  # None only for a dry run
     thresholds: dict[str, float] = field(default_factory=dict)  # regression gate, per metric
     baseline: dict[str, Any] | None = None
+    points: tuple[Point, ...] = (Point(),)  # workload points, in the order they are served
+    prompts: dict[str, Workload] = field(default_factory=dict)  # point id -> its prompts
+
+    def workload_of(self, point: Point) -> WorkloadConfig:
+        """The cluster file's workload at ``point``."""
+        return point.apply(self.cluster.workload)
+
+    def prompts_of(self, point: Point) -> Workload:
+        """The prompts measured at ``point`` (a dry run has none)."""
+        assert self.workload is not None, "a dry run reads no dataset"
+        return self.prompts.get(point.id, self.workload)
+
+    def concurrency_range(self) -> tuple[int, int]:
+        """What ``--kimi-find-max-concurrency`` searches: the concurrency list's range, or from
+        1 to the one concurrency the run has."""
+        levels = {self.workload_of(point).concurrency for point in self.points}
+        return (min(levels), max(levels)) if len(levels) > 1 else (1, max(levels))
+
+    @property
+    def swept(self) -> bool:
+        """Whether the run has several workload points (they then name items and folders)."""
+        return len(self.points) > 1
 
     @property
     def backend(self) -> str:
@@ -67,33 +90,25 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
     there."""
     from pytest_kimi import baseline as baseline_mod
     from pytest_kimi.config import ConfigError, load_cluster
-    from pytest_kimi.workload.dataset import DatasetError, load_workload
+    from pytest_kimi.workload.dataset import DatasetError
 
     try:
         cluster = load_cluster(options.cluster_path)
         names = options.layouts or tuple(cluster.layouts)
         layouts = tuple(cluster.layout(name) for name in names)
         slos = layout_slos(cluster, layouts, options.slo_overrides)
-        wl = cluster.workload
-        workload = None
-        if not dry_run:
-            workload = load_workload(
-                dataset_path(options, cluster),
-                num_requests=wl.num_requests + wl.warmup_requests,
-                seed=wl.seed,
-                category=options.category or wl.category,
-                config=options.speedbench_config or wl.speedbench_config,
-                prompt=options.prompt or wl.prompt,
-                api=wl.api,
-                tokenizer_dir=tokenizer_dir(options, cluster),
-            )
+        run_points = workload_points(options, cluster)
+        prompts = {} if dry_run else load_prompts(options, cluster, run_points)
+        workload = prompts[run_points[0].id] if prompts else None
         thresholds = {
             **catalogue.DEFAULT_THRESHOLDS,
             **cluster.regression_thresholds,
             **baseline_mod.parse_thresholds(options.fail_thresholds, "--kimi-fail"),
         }
         baseline = baseline_mod.load(options.baseline) if options.baseline else None
-    except (ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError) as exc:
+    except (
+        ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError, PointError
+    ) as exc:  # fmt: skip
         raise UsageProblem(str(exc)) from None
     if options.parallel and cluster.executor != "local":
         check_apart(cluster, layouts)
@@ -101,7 +116,81 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
     if options.endpoint and not dry_run:
         check_endpoint(options.endpoint)
-    return Inputs(options, cluster, layouts, slos, workload, thresholds, baseline)
+    return Inputs(
+        options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts
+    )
+
+
+def workload_points(options: Options, cluster: ClusterConfig) -> tuple[Point, ...]:
+    """The run's workload points: each setting's values from the command line, else from the
+    cluster file's list (:mod:`pytest_kimi.points`); errors name the option or field."""
+    from pytest_kimi.config.fields import APIS
+
+    given = {name: parse_values(name, text) for name, text in options.sweep().items()}
+    values = {**cluster.workload.sweeps, **given}
+    for api in values.get("api", ()):
+        if api not in APIS:
+            raise PointError(f"{OPTION['api']}: {api!r} is not one of {', '.join(APIS)}")
+    if not values:
+        return (Point(),)
+    return points(values)
+
+
+def speedbench_config(options: Options, cluster: ClusterConfig, point: Point) -> str:
+    """The SPEED-Bench config a point reads: a point that sets the prompt length reads the
+    throughput config of that length (``throughput_16k``), else the configured one."""
+    wl = cluster.workload
+    length = point.value("input_len")
+    if length is None:
+        return options.speedbench_config or wl.speedbench_config
+    from pytest_kimi.workload.speedbench import THROUGHPUT_LENGTHS
+
+    if length not in THROUGHPUT_LENGTHS:
+        known = ", ".join(str(n) for n in THROUGHPUT_LENGTHS)
+        raise PointError(
+            f"{OPTION['input_len']}: {length} tokens: SPEED-Bench's throughput configs hold "
+            f"prompts of {known} tokens"
+        )
+    if options.speedbench_config:
+        raise PointError(
+            f"{OPTION['input_len']} chooses the SPEED-Bench config (throughput_<length>); "
+            f"leave out --kimi-speedbench-config {options.speedbench_config}"
+        )
+    return THROUGHPUT_LENGTHS[length]
+
+
+def load_prompts(
+    options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...]
+) -> dict[str, Workload]:
+    """Each point's prompts (point id -> workload), each distinct selection read once."""
+    from pytest_kimi.workload.dataset import load_workload
+
+    path = dataset_path(options, cluster)
+    loaded: dict[tuple, Workload] = {}
+    out: dict[str, Workload] = {}
+    for point in run_points:
+        wl = point.apply(cluster.workload)
+        config = speedbench_config(options, cluster, point)
+        if point.value("input_len") not in (None, cluster.workload.input_len) and not path.is_dir():
+            raise PointError(
+                f"{OPTION['input_len']} {point.value('input_len')}: {path} is one file of "
+                f"prompts (workload.input_len {cluster.workload.input_len}); other lengths "
+                "come from a SPEED-Bench snapshot directory (--kimi-dataset DIR)"
+            )
+        key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
+        if key not in loaded:
+            loaded[key] = load_workload(
+                path,
+                num_requests=key[0],
+                seed=wl.seed,
+                category=wl.category,
+                config=config,
+                prompt=options.prompt or wl.prompt,
+                api=wl.api,
+                tokenizer_dir=tokenizer_dir(options, cluster),
+            )
+        out[point.id] = loaded[key]
+    return out
 
 
 def check_apart(cluster: ClusterConfig, layouts: tuple[Layout, ...]) -> None:

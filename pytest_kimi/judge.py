@@ -39,17 +39,18 @@ def baseline_entry(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
 
 
 def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mod.Judgement:
-    """This run's ``metric`` on the layout against the loaded baseline."""
+    """This run's ``metric`` on the layout against the loaded baseline, which keeps each
+    workload point of a sweep under its case (``tp32-c8``)."""
     assert inputs.baseline is not None
-    saved = inputs.baseline["layouts"].get(result.name)
+    saved = inputs.baseline["layouts"].get(result.case)
     if saved is None:
         known = ", ".join(inputs.baseline["layouts"]) or "none"
         raise baseline_mod.BaselineError(
-            f"the baseline has no layout {result.name!r} (it has: {known}); save one with "
+            f"the baseline has no layout {result.case!r} (it has: {known}); save one with "
             "--kimi-save-baseline"
         )
     if result.summary is None:
-        raise baseline_mod.BaselineError(f"{result.name} was not measured: {result.error}")
+        raise baseline_mod.BaselineError(f"{result.case} was not measured: {result.error}")
     timed_from = inputs.baseline.get("clock_start", "send")  # older baselines: from the send
     if timed_from != inputs.cluster.workload.clock_start:
         raise baseline_mod.BaselineError(
@@ -59,7 +60,7 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
             "baseline with --kimi-save-baseline"
         )
     current = baseline_entry(inputs, result)
-    return baseline_mod.judge(result.name, metric, inputs.thresholds[metric], saved, current)
+    return baseline_mod.judge(result.case, metric, inputs.thresholds[metric], saved, current)
 
 
 def save_baseline(
@@ -75,7 +76,7 @@ def save_baseline(
             None,
             f"baseline NOT saved to {path}: the run is incomplete ({'; '.join(incomplete)})",
         )
-    measured = {r.name: baseline_entry(inputs, r) for r in results if r.summary is not None}
+    measured = {r.case: baseline_entry(inputs, r) for r in results if r.summary is not None}
     if not measured:
         return None, ""
     meta = {"cluster": inputs.cluster.name, "backend": inputs.backend,

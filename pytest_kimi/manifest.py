@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.points import Point
 
 _WORKLOAD_FIELDS = (
     "num_requests", "input_len", "output_len", "concurrency", "warmup_requests", "api", "seed",
@@ -22,14 +23,29 @@ _WORKLOAD_FIELDS = (
 )  # fmt: skip
 
 
-def _effective(inputs: Inputs) -> dict[str, Any]:
+def _effective(inputs: Inputs, point: Point) -> dict[str, Any]:
     """Category, config and prompt construction as run: the command line overrides the YAML."""
-    wl, opts = inputs.cluster.workload, inputs.options
+    from pytest_kimi.inputs import speedbench_config
+
+    wl, opts = inputs.workload_of(point), inputs.options
     return {
-        "category": opts.category or wl.category,
-        "speedbench_config": opts.speedbench_config or wl.speedbench_config,
+        "category": wl.category,
+        "speedbench_config": speedbench_config(opts, inputs.cluster, point),
         "prompt": opts.prompt or wl.prompt,
     }
+
+
+def _points(inputs: Inputs) -> list[dict[str, Any]]:
+    """Each workload point of a sweep: its settings, config and prompts (their checksums)."""
+    return [
+        {
+            "id": point.id,
+            "settings": point.describe(),
+            **_effective(inputs, point),
+            "dataset": inputs.prompts[point.id].manifest() if point.id in inputs.prompts else None,
+        }
+        for point in inputs.points
+    ]
 
 
 def manifest(
@@ -40,7 +56,8 @@ def manifest(
     nodes: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The manifest of ``layout``; ``plan`` is None when attached to a running endpoint."""
-    cluster, wl = inputs.cluster, inputs.cluster.workload
+    cluster, first = inputs.cluster, inputs.points[0]
+    wl = inputs.workload_of(first)
     out: dict[str, Any] = {
         "run_id": run_id,
         "layout": {
@@ -53,7 +70,9 @@ def manifest(
             "server_args": cluster.server_args(layout),
             "router_policy": cluster.router_policy(layout),
             "nodes": [n.name for n in cluster.used_nodes(layout)],
+            "gpus": sum(n.gpus for n in cluster.used_nodes(layout)),
         },
+        "model": cluster.server.model_path,
         "cluster": {"name": cluster.name, "file": str(cluster.path)},
         "backend": inputs.backend,
         "time_scale": inputs.time_scale,
@@ -62,9 +81,10 @@ def manifest(
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             "request_rate": str(wl.request_rate),
-            **_effective(inputs),
+            **_effective(inputs, first),
             "dataset": inputs.workload.manifest() if inputs.workload else None,
         },
+        "points": _points(inputs) if inputs.swept else [],
         "slo": {name: s.describe() for name, s in inputs.slos[layout.name].items()},
         "client": client_environment(),
         "endpoint": inputs.options.endpoint,

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from pytest_kimi.points import Point
 from pytest_kimi.workload.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -49,8 +50,12 @@ def measure(
     abort: Abort | None = None,
     client: NodeClient | None = None,
     clock: SharedClock | None = None,
+    point: Point | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
+
+    ``point``: the workload point measured (its settings over the cluster file's workload,
+    its records in its own folder); None: the cluster file's workload.
 
     ``replica_urls`` (replica name -> rank-0 base URL, :func:`replica_endpoints`): whose
     counters give ``result.replica_counters``; none in attach mode. ``progress`` sees the
@@ -68,9 +73,9 @@ def measure(
 
     run_clock = clock or WALL
 
-    assert inputs.workload is not None, "a dry run measures nothing"
-    wl = inputs.cluster.workload
-    prompts = [RequestSpec(p.id, p.text, wl.input_len) for p in inputs.workload.prompts]
+    point = point or Point()
+    wl = inputs.workload_of(point)
+    prompts = [RequestSpec(p.id, p.text, wl.input_len) for p in inputs.prompts_of(point).prompts]
     warmup, measured = prompts[: wl.warmup_requests], prompts[wl.warmup_requests :]
     options = ClientOptions(
         api=wl.api,
@@ -84,8 +89,8 @@ def measure(
     )
     started: list[RequestRecord] = []
     completed: set[int] = set()  # id() of records whose request ran to its end
-    journal = RecordJournal(folder.journal_path(layout.name))
-    events = _RequestEvents(layout.name, progress or NoProgress(), started, run_clock)
+    journal = RecordJournal(folder.journal_path(layout.name, point.id))
+    events = _RequestEvents(result.case, progress or NoProgress(), started, run_clock)
 
     def finished(record: RequestRecord) -> None:
         completed.add(id(record))
@@ -122,7 +127,7 @@ def measure(
 
             after = _snapshot(urls, router_metrics_url)
             result.replica_counters = deltas(urls, counted_from, after)
-        folder.write_records(layout.name, records)
+        folder.write_records(layout.name, records, point.id)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
         if clock is not None and shared_before is not None:
@@ -136,12 +141,12 @@ def measure(
             goodput_limits_ms=dict(wl.goodput_ms),
         )
     except WarmupFailed as exc:
-        folder.write_records(layout.name, started)
+        folder.write_records(layout.name, started, point.id)
         result.records, result.summary, result.error = started, None, str(exc)
         journal.discard()
         raise
     except BaseException as exc:
-        _keep_interrupted_run(folder, layout.name, result, started, completed, exc,
+        _keep_interrupted_run(folder, layout.name, point.id, result, started, completed, exc,
                               len(measured), run_clock)  # fmt: skip
         journal.discard()  # records.jsonl now holds everything it had
         raise
@@ -182,6 +187,7 @@ class _RequestEvents:
 def _keep_interrupted_run(
     folder: RunFolder,
     layout: str,
+    point: str,
     result: LayoutResult,
     started: list[RequestRecord],
     completed: set[int],
@@ -196,7 +202,7 @@ def _keep_interrupted_run(
     why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     unfinished = [r for r in started if id(r) not in completed]
     close_unfinished(unfinished, f"interrupted before completion ({why})", clock)
-    folder.write_records(layout, started)
+    folder.write_records(layout, started, point)
     result.records, result.summary, result.verdicts = started, None, []
     measured = [r for r in started if not r.warmup]
     finished = sum(1 for r in measured if id(r) in completed)

@@ -29,11 +29,50 @@ class Options:
     fail_thresholds: str = ""
     dataset: str | None = None  # --kimi-dataset: over the cluster file's workload.dataset
     speedbench_config: str | None = None  # over workload.speedbench_config
-    category: str | None = None  # over workload.category
+    category: str | None = None  # over workload.category (a comma list sweeps it)
     prompt: str | None = None  # over workload.prompt
     tokenizer: str | None = None  # local tokenizer dir for prompt: chat_template
     reap: bool = False  # --kimi-reap: stop processes earlier runs left on the nodes
     parallel: bool = False  # -n N (pytest-xdist): layouts are measured at once
+    # workload points, each a comma-separated list over the cluster file's (pytest_kimi.points)
+    concurrency: str | None = None
+    request_rate: str | None = None
+    num_prompts: str | None = None
+    input_len: str | None = None
+    output_len: str | None = None
+    api: str | None = None
+    find_max_concurrency: bool = False  # --kimi-find-max-concurrency
+
+    def sweep(self) -> dict[str, str]:
+        """The workload settings the command line gives (setting -> its comma list)."""
+        given = {
+            "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
+            "num_requests": self.num_prompts,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "api": self.api,
+            "category": self.category,
+        }
+        return {name: text for name, text in given.items() if text is not None}
+
+
+SWEEP_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--kimi-concurrency", "kimi_concurrency", "N[,N...]",
+     "requests in flight at once (default: workload.concurrency)"),
+    ("--kimi-request-rate", "kimi_request_rate", "RATE[,RATE...]",
+     "requests/s, Poisson arrivals, or inf (default: workload.request_rate)"),
+    ("--kimi-num-prompts", "kimi_num_prompts", "N[,N...]",
+     "measured requests per layout (default: workload.num_requests)"),
+    ("--kimi-input-len", "kimi_input_len", "TOKENS[,TOKENS...]",
+     "prompt length: SPEED-Bench's throughput config of that length, 1024 (throughput_1k) .. "
+     "32768, from a snapshot directory (default: workload.input_len)"),
+    ("--kimi-output-len", "kimi_output_len", "TOKENS[,TOKENS...]",
+     "tokens generated per request (default: workload.output_len)"),
+    ("--kimi-api", "kimi_api", "API[,API...]",
+     "generate, completions or chat (default: workload.api)"),
+)  # fmt: skip
+"""(option, dest, metavar, help) of the workload-point options besides --kimi-category."""
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -128,9 +167,19 @@ def add_options(parser: pytest.Parser) -> None:
         "--kimi-category",
         dest="kimi_category",
         default=None,
-        metavar="NAME",
-        help="only rows of this category, e.g. low_entropy (default: workload.category)",
+        metavar="NAME[,NAME...]",
+        help="only rows of this category, e.g. low_entropy (default: workload.category); "
+        "a list sweeps it, one workload point each",
     )
+    for option, dest, metavar, what in SWEEP_OPTIONS:
+        group.addoption(
+            option,
+            dest=dest,
+            default=None,
+            metavar=metavar,
+            help=f"{what}; a comma-separated list sweeps it: each value is a workload point "
+            "with its own test items, records and table, on the same deployment",
+        )
     group.addoption(
         "--kimi-prompt",
         dest="kimi_prompt",
@@ -147,6 +196,14 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="local copy of the served model's tokenizer directory, for the chat template "
         "(default: server.args tokenizer-path, else server.model_path)",
+    )
+    group.addoption(
+        "--kimi-find-max-concurrency",
+        dest="kimi_find_max_concurrency",
+        action="store_true",
+        help="per layout, find the highest concurrency that still meets every SLO: doubling "
+        "from the low end of --kimi-concurrency's range (one value N: from 1 to N), then "
+        "bisection; adds test_max_concurrency[layout], the answer goes in the verdict table",
     )
     group.addoption(
         "--kimi-progress",
@@ -207,6 +264,8 @@ def resolve(config: pytest.Config) -> Options:
         tokenizer=config.getoption("kimi_tokenizer"),
         reap=bool(config.getoption("kimi_reap", False)),
         parallel=_parallel(config),
+        **{dest.removeprefix("kimi_"): config.getoption(dest) for _, dest, _, _ in SWEEP_OPTIONS},
+        find_max_concurrency=bool(config.getoption("kimi_find_max_concurrency", False)),
     )
 
 
@@ -223,6 +282,7 @@ def explicit(config: pytest.Config) -> bool:
     return (
         any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
         or bool(config.getoption("kimi_dataset"))
+        or any(config.getoption(dest) for _, dest, _, _ in SWEEP_OPTIONS)
         or bool(config.getoption("kimi_slo"))
         or bool(config.getoption("kimi_dry_run"))
         or bool(config.getoption("kimi_preflight_only"))

@@ -19,6 +19,8 @@ from pytest_kimi.fixtures import (  # noqa: F401  (fixtures are found on the plu
     kimi_benchmark,
     kimi_endpoint,
     kimi_layout,
+    kimi_max_concurrency,
+    kimi_point,
     kimi_regression,
     kimi_result,
     kimi_session,
@@ -30,6 +32,7 @@ from pytest_kimi.fixtures import (  # noqa: F401  (fixtures are found on the plu
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
+    from pytest_kimi.points import Point
     from pytest_kimi.run import Run
 
 RUN_KEY = pytest.StashKey["Run"]()
@@ -109,40 +112,51 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kimi_layout" not in metafunc.fixturenames:
         return
     run = run_of(metafunc.config)
+    with_point = "kimi_point" in metafunc.fixturenames
+    cases = [(layout, point) for layout in run.layouts
+             for point in (run.points if with_point else (None,))]  # fmt: skip
     if "kimi_regression_metric" in metafunc.fixturenames:
-        # one item per layout and gated metric; none at all without --kimi-baseline
+        # one item per layout, point and gated metric; none at all without --kimi-baseline
         metrics = sorted(run.inputs.thresholds) if run.inputs.baseline is not None else []
-        pairs = [(layout, m) for layout in run.layouts for m in metrics]
-        _parametrize_pairs(metafunc, "kimi_regression_metric", pairs)
+        named = [(case, m) for case in cases for m in metrics]
+        _parametrize_named(metafunc, "kimi_regression_metric", named)
     elif "kimi_slo_name" in metafunc.fixturenames:
-        # one test item per layout and SLO, so JUnit shows every verdict on its own
+        # one test item per layout, point and SLO, so JUnit shows every verdict on its own
         marked = marker_slos(metafunc.definition)
-        pairs = [
-            (layout, name)
-            for layout in run.layouts
+        named = [
+            ((layout, point), name)
+            for layout, point in cases
             for name in {**run.inputs.slos[layout.name], **marked}
         ]
-        _parametrize_pairs(metafunc, "kimi_slo_name", pairs)
+        _parametrize_named(metafunc, "kimi_slo_name", named)
     else:
-        metafunc.parametrize(
-            "kimi_layout",
-            list(run.layouts),
-            indirect=True,
-            scope="session",
-            ids=[layout.name for layout in run.layouts],
-        )
+        _parametrize_named(metafunc, None, [(case, None) for case in cases])
 
 
-def _parametrize_pairs(
-    metafunc: pytest.Metafunc, argname: str, pairs: list[tuple[Layout, str]]
+Case = tuple["Layout", "Point | None"]
+
+
+def _parametrize_named(
+    metafunc: pytest.Metafunc, argname: str | None, named: list[tuple[Case, str | None]]
 ) -> None:
-    """Items per (layout, name), ids like ``tp32-ttft_p95``; the layout stays session-scoped."""
+    """Items per layout, workload point and name (SLO, gated metric), ids like
+    ``tp32-c8-ttft_p95`` (``tp32-ttft_p95`` without a sweep); layout and point stay
+    session-scoped, so a layout's deployment serves all its points."""
+    with_point = "kimi_point" in metafunc.fixturenames
+    argnames = ["kimi_layout", *(["kimi_point"] if with_point else [])]
+    argnames += [argname] if argname else []
+    values, ids = [], []
+    for (layout, point), name in named:
+        row = [layout, *([point] if with_point else []), *([name] if argname else [])]
+        values.append(tuple(row) if len(row) > 1 else row[0])
+        parts = (layout.name, point.id if point is not None else "", name or "")
+        ids.append("-".join(part for part in parts if part))
     metafunc.parametrize(
-        ["kimi_layout", argname],
-        pairs,
-        indirect=["kimi_layout"],
+        argnames if len(argnames) > 1 else argnames[0],
+        values,
+        indirect=[n for n in argnames if n in ("kimi_layout", "kimi_point")],
         scope="session",
-        ids=[f"{layout.name}-{name}" for layout, name in pairs],
+        ids=ids,
     )
 
 
@@ -151,28 +165,41 @@ def _layout_of(item: pytest.Item) -> Layout | None:
     return callspec.params.get("kimi_layout") if callspec is not None else None
 
 
+def _point_of(item: pytest.Item) -> Point | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("kimi_point") if callspec is not None else None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run each layout's items together, in ``--layout`` order, so its deployment is brought up
-    once; without --kimi-baseline the gate's items are deselected (nothing to judge)."""
-    if not config.getoption("kimi_baseline"):
-        gated = [i for i in items if "kimi_regression_metric" in getattr(i, "fixturenames", ())]
-        if gated:
-            config.hook.pytest_deselected(items=gated)
-            items[:] = [i for i in items if i not in gated]
+    """Run each layout's items together, in ``--layout`` order and its workload points in
+    order, so its deployment is brought up once and serves every point; without
+    --kimi-baseline the gate's items are deselected (nothing to judge), and without
+    --kimi-find-max-concurrency the search's."""
+    for option, fixture in (("kimi_baseline", "kimi_regression_metric"),
+                            ("kimi_find_max_concurrency", "kimi_max_concurrency")):  # fmt: skip
+        if not config.getoption(option):
+            unasked = [i for i in items if fixture in getattr(i, "fixturenames", ())]
+            if unasked:
+                config.hook.pytest_deselected(items=unasked)
+                items[:] = [i for i in items if i not in unasked]
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
     order = {layout.name: n for n, layout in enumerate(run.layouts)}
+    point_order = {point.id: n for n, point in enumerate(run.points)}
 
-    def key(item: pytest.Item) -> tuple[int, int]:
-        layout = _layout_of(item)
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        layout, point = _layout_of(item), _point_of(item)
         rank = -1
         if layout is not None:
             item.add_marker(pytest.mark.xdist_group(f"kimi-{layout.name}"))  # one worker each
             rank = order.get(layout.name, len(order))
+        at = point_order.get(point.id, len(point_order)) if point is not None else -1
+        if "kimi_max_concurrency" in getattr(item, "fixturenames", ()):
+            at = len(point_order)  # the search after the layout's points: it reuses them
         # the benchmark item first: its timing must cover the workload's one real run
-        return rank, 0 if "benchmark" in getattr(item, "fixturenames", ()) else 1
+        return rank, at, 0 if "benchmark" in getattr(item, "fixturenames", ()) else 1
 
     items.sort(key=key)  # stable: the order inside a layout is otherwise kept
 

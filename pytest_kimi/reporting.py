@@ -13,26 +13,44 @@ from pytest_kimi.result import LayoutResult
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
+    from pytest_kimi.points import Point
     from pytest_kimi.store import RunFolder
 
 
 def covered(
     layouts: Sequence[Layout],
-    results: dict[str, LayoutResult],
+    points: Sequence[Point],
+    results: dict[tuple[str, str], LayoutResult],
     stopped_early: str,
     selected: frozenset[str] | None,
 ) -> list[LayoutResult]:
-    """The layouts run so far, in ``--layout`` order; when the session stopped early, the
-    selected layouts it never reached are added as not run (the report is incomplete)."""
+    """The (layout, point) results so far, in ``--layout`` order and each layout's points in
+    order (``results`` by layout name and point id). With several points a layout's own
+    result (point id "") is its deployment's: its notes (bring-up, teardown, logs) join each
+    point's, and a deployment that never came up leaves each point its error. When the
+    session stopped early, the selected layouts' points it never reached are added as not run
+    (the report is incomplete)."""
     out = []
     for layout in layouts:
-        result = results.get(layout.name)
-        wanted = selected is None or layout.name in selected
-        if result is None and stopped_early and results and wanted:
-            result = LayoutResult(layout.name, layout.label, error=f"not run: {stopped_early}")
-        if result is not None:
-            out.append(result)
+        deployment = results.get((layout.name, ""))
+        for point in points:
+            result = results.get((layout.name, point.id))
+            if point.id and deployment is not None:
+                if result is None and deployment.error:
+                    result = _unmeasured(layout, point, deployment.error)
+                elif result is not None and point == points[0]:  # said once, on the first
+                    result.notes = [*deployment.notes, *result.notes]
+            wanted = selected is None or layout.name in selected
+            if result is None and stopped_early and results and wanted:
+                result = _unmeasured(layout, point, f"not run: {stopped_early}")
+            if result is not None:
+                out.append(result)
     return out
+
+
+def _unmeasured(layout: Layout, point: Point, error: str) -> LayoutResult:
+    return LayoutResult(layout.name, layout.label, error=error, point=point.id,
+                        point_settings=point.describe())  # fmt: skip
 
 
 def comparison(
@@ -42,16 +60,31 @@ def comparison(
     backend: str,
     time_scale: float,
     stopped_early: str = "",
+    setup: dict[str, Any] | None = None,
+    searches: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
-    """The comparison model over ``results`` (None when there is nothing to compare)."""
+    """The comparison model over ``results`` (None when there is nothing to compare): a table
+    per workload point, the experiment's ``setup`` (:mod:`pytest_kimi.report.setup`), the
+    verdict table with ``--kimi-find-max-concurrency``'s ``searches`` (layout -> outcome) and,
+    over several points, the Pareto view's data."""
     from pytest_kimi.report.comparison import build_comparison
+    from pytest_kimi.report.matrix import pareto, verdict_table
 
     if not results:
         return None
-    return build_comparison(
+    model = build_comparison(
         results, run_id=run_id, backend=backend, time_scale=time_scale,
         stopped_early=stopped_early,
     )  # fmt: skip
+    setup = setup or {}
+    gpus = {name: entry.get("gpus") or 0 for name, entry in (setup.get("layouts") or {}).items()}
+    model["setup"] = setup
+    model["verdicts"] = verdict_table(model, gpus)
+    if searches:
+        model["max_concurrency"] = searches
+    if "points" in model:
+        model["pareto"] = pareto(model, gpus)
+    return model
 
 
 def write(
@@ -66,11 +99,17 @@ def write(
     from pytest_kimi.report.html import render_html
 
     before_write(model)
-    records = {r.name: r.records for r in results}
-    counters = {r.name: r.replica_counters for r in results}
-    telemetry = {r.name: r.telemetry_series for r in results}
+    records = {r.case: r.records for r in results}
+    counters = {r.case: r.replica_counters for r in results}
+    telemetry = {r.case: r.telemetry_series for r in results}
     html = render_html(model, records, counters, telemetry)
     folder.write_comparison(model, render_markdown(model), html)
+    if model.get("pareto"):
+        from pytest_kimi.report.comparison import PARETO_IMAGE
+        from pytest_kimi.report.html import svg
+        from pytest_kimi.report.paretoplot import pareto_figure
+
+        folder.write_file(PARETO_IMAGE, svg(pareto_figure(model["pareto"])))
 
 
 def terminal_lines(model: dict[str, Any], results: Sequence[LayoutResult]) -> list[str]:
@@ -79,7 +118,7 @@ def terminal_lines(model: dict[str, Any], results: Sequence[LayoutResult]) -> li
 
     lines = [render_text(model)]
     for result in results:
-        lines += [f"{result.name}: {verdict.message()}" for verdict in result.verdicts]
+        lines += [f"{result.case}: {verdict.message()}" for verdict in result.verdicts]
         if result.error:
-            lines.append(f"{result.name}: not measured: {result.error.splitlines()[0]}")
+            lines.append(f"{result.case}: not measured: {result.error.splitlines()[0]}")
     return lines

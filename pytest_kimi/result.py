@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class LayoutResult:
-    """One layout's outcome. ``summary`` is None when the run did not finish (``error`` says
-    why); ``records`` keep every request, the unfinished ones marked. ``replica_counters``:
-    each replica's requests and tokens over the measured run, from its own counters (real
-    SGLang names no replica per request). ``telemetry``: the GPU figures over the measured
-    run, where the nodes were sampled; ``telemetry_series`` the samples (for the plots)."""
+    """One layout's outcome at one workload point. ``summary`` is None when the run did not
+    finish (``error`` says why); ``records`` keep every request, the unfinished ones marked.
+    ``replica_counters``: each replica's requests and tokens over the measured run, from its
+    own counters (real SGLang names no replica per request). ``telemetry``: the GPU figures
+    over the measured run, where the nodes were sampled; ``telemetry_series`` the samples (for
+    the plots)."""
 
     name: str
     label: str
@@ -38,6 +39,13 @@ class LayoutResult:
     replica_counters: dict[str, ReplicaCounters] = field(default_factory=dict)
     telemetry: TelemetrySummary | None = None
     telemetry_series: TelemetrySeries | None = field(default=None, repr=False)
+    point: str = ""  # the workload point's id ("" when the run has one point)
+    point_settings: dict[str, Any] = field(default_factory=dict)  # what the point sets
+
+    @property
+    def case(self) -> str:
+        """``tp32``, or ``tp32-c8`` at one of several workload points: test ids, keys."""
+        return f"{self.name}-{self.point}" if self.point else self.name
 
     @property
     def complete(self) -> bool:

@@ -18,11 +18,12 @@ from pytest_kimi.inputs import Inputs, UsageProblem, load_inputs
 from pytest_kimi.manifest import manifest
 from pytest_kimi.measure import measure, replica_endpoints
 from pytest_kimi.options import DEFAULT_CLUSTER, Options
+from pytest_kimi.points import SWEPT, Point
 from pytest_kimi.progress.events import LayoutDone, Progress
 from pytest_kimi.progress.plain import PlainProgress
 from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import RunFolder, new_run_id
-from pytest_kimi.telemetry import ATTACHED_NOTE
+from pytest_kimi.telemetry import ATTACHED_NOTE, point_telemetry
 from pytest_kimi.workload.abort import Abort
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.deploy.reach import Reach
     from pytest_kimi.mock.clock import SharedClock
+    from pytest_kimi.search import Search
 
 __all__ = ["DEFAULT_CLUSTER", "Options", "Run", "UsageProblem"]
 
@@ -52,7 +54,9 @@ class Run:
         # bring-up and measuring report events here; without a display, lines through say
         self.progress: Progress = progress if progress is not None else PlainProgress(say)
         self.on_result, self.on_comparison = on_result, on_comparison
-        self.results: dict[str, LayoutResult] = {}  # measured (or failed) in this process
+        # measured (or failed) in this process, per (layout, point id); ("tp32", "") is also
+        # the deployment's: its bring-up and teardown notes, and why it did not come up
+        self.results: dict[tuple[str, str], LayoutResult] = {}
         self.stopped_early = ""  # why the session stopped before every test ran (Ctrl-C, -x)
         self.selected: frozenset[str] | None = None  # layouts with tests selected (-k)
         self.model: dict[str, Any] | None = None  # the comparison, once written
@@ -71,6 +75,10 @@ class Run:
     @property
     def layouts(self) -> tuple[Layout, ...]:
         return self.inputs.layouts
+
+    @property
+    def points(self) -> tuple[Point, ...]:
+        return self.inputs.points
 
     @property
     def time_scale(self) -> float:
@@ -117,7 +125,8 @@ class Run:
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
                 yield self._reach(layout).url(plan.endpoint)
-        self.on_result(result)
+        if not self.inputs.swept or result.error:  # a sweep's points are each reported
+            self.on_result(result)
 
     def _reach(self, layout: Layout) -> Reach:
         from pytest_kimi.deploy.reach import DIRECT
@@ -125,10 +134,18 @@ class Run:
         return self._reaches.get(layout.name, DIRECT)
 
     # -- steps 3-5, measure, judge, store ----------------------------------------------------
-    def measure(self, layout: Layout, endpoint: str) -> LayoutResult:
-        """Run the workload once per layout (later calls return the first run's result)."""
-        result = self._result(layout)
+    def measure(self, layout: Layout, endpoint: str, point: Point | None = None) -> LayoutResult:
+        """Run the workload once per layout and workload point (later calls return the first
+        run's result). A point is not measured on a deployment that failed at an earlier one
+        (the watchdog found it broken): it gets that error instead."""
+        point = point or self.points[0]
+        result = self._result(layout, point)
         if result.summary is not None or result.error:
+            return result
+        broken = self._broken(layout)
+        if broken:
+            result.error = broken
+            self.folder.write_summary(result, self.inputs.backend, self.time_scale)
             return result
         plan, reach = self._plans.get(layout.name), self._reach(layout)
         replicas = {name: reach.url(url) for name, url in replica_endpoints(plan).items()}
@@ -138,18 +155,56 @@ class Run:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
                     reach.url_or_none(plan.router_metrics_url) if plan is not None else None,
                     replicas, progress=self.progress,
-                    abort=self._aborts.get(layout.name), client=client, clock=clock)  # fmt: skip
+                    abort=self._aborts.get(layout.name), client=client, clock=clock,
+                    point=point)  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
         finally:
             if clock is not None:
                 clock.close()
-            self.progress.emit(LayoutDone(layout.name, error=result.error))
+            if self.inputs.swept:
+                result.telemetry = point_telemetry(self.folder.telemetry_path(layout.name),
+                                                   result.records)  # fmt: skip
+            self.progress.emit(LayoutDone(result.case, error=result.error))
             self.folder.write_summary(result, self.inputs.backend, self.time_scale)
+            if self.inputs.swept:
+                self.on_result(result)
         return result
 
-    def judge(self, layout: Layout, metric: str) -> Judgement:
-        """This run's ``metric`` on ``layout`` against ``--kimi-baseline``."""
-        return judge.regression(self.inputs, self._result(layout), metric)
+    def find_max_concurrency(self, layout: Layout, endpoint: str) -> Search:
+        """``--kimi-find-max-concurrency``: each level a measured point on this deployment
+        (a listed point already measured is reused); the outcome goes to ``search.json``."""
+        from pytest_kimi.search import find_max_concurrency
+
+        def failed_slos(level: int) -> list[str]:
+            result = self.measure(layout, endpoint, self._level(level))
+            if result.summary is None:
+                return [f"not measured ({result.error.splitlines()[0]})"]
+            return [v.slo.name for v in result.verdicts if not v.passed]
+
+        search = find_max_concurrency(*self.inputs.concurrency_range(), failed_slos)
+        self.folder.write_search(layout.name, search.to_dict())
+        return search
+
+    def _level(self, concurrency: int) -> Point:
+        """The point measured at one concurrency: a listed one if it has it, else the first
+        point's settings at that concurrency (named ``c<N>``)."""
+        for point in self.points:
+            if self.inputs.workload_of(point).concurrency == concurrency:
+                return point
+        settings = {**dict(self.points[0].settings), "concurrency": concurrency}
+        ordered = tuple((name, settings[name]) for name in SWEPT if name in settings)
+        return Point(ordered, ("concurrency",))
+
+    def judge(self, layout: Layout, metric: str, point: Point | None = None) -> Judgement:
+        """This run's ``metric`` on ``layout`` (at ``point``) against ``--kimi-baseline``."""
+        return judge.regression(self.inputs, self._result(layout, point or self.points[0]), metric)
+
+    def _broken(self, layout: Layout) -> str:
+        """Why an earlier point left this layout's deployment unable to serve ("" if none)."""
+        abort = self._aborts.get(layout.name)
+        if abort is not None and abort.reason:
+            return f"not measured: the deployment was lost at an earlier point: {abort.reason}"
+        return ""
 
     # -- step 6, report ----------------------------------------------------------------------
     def stored_results(self) -> list[LayoutResult]:
@@ -158,26 +213,34 @@ class Run:
         if self._folder is None:
             return []
         stored = {
-            layout.name: self.folder.read_layout(layout.name)
+            (layout.name, point): self.folder.read_layout(layout.name, point)
             for layout in self.layouts
-            if self.folder.has_layout(layout.name)
+            for point in {"", *(p.id for p in self.points)}
+            if self.folder.has_layout(layout.name, point)
         }
-        return reporting.covered(self.layouts, stored, self.stopped_early, self.selected)
+        return reporting.covered(
+            self.layouts, self.points, stored, self.stopped_early, self.selected
+        )
 
-    def comparison(self) -> dict[str, Any] | None:
-        results = self.stored_results()
+    def comparison(self, results: list[LayoutResult] | None = None) -> dict[str, Any] | None:
+        """The comparison model of what the run folder holds (``results`` if read already)."""
+        from pytest_kimi.report.setup import experiment_setup
+
+        results = self.stored_results() if results is None else results
+        if not results:
+            return None
+        names = [layout.name for layout in self.layouts]
         return reporting.comparison(
-            results, run_id=self.folder.name if results else "", backend=self.inputs.backend,
+            results, run_id=self.folder.name, backend=self.inputs.backend,
             time_scale=self.time_scale, stopped_early=self.stopped_early,
+            setup=experiment_setup(self.folder.read_manifests(names)),
+            searches=self.folder.read_searches(names),
         )  # fmt: skip
 
     def finish(self) -> None:
         """Write the comparison and report.html, then the baseline if asked for."""
         results = self.stored_results()
-        model = reporting.comparison(
-            results, run_id=self.folder.name if results else "", backend=self.inputs.backend,
-            time_scale=self.time_scale, stopped_early=self.stopped_early,
-        )  # fmt: skip
+        model = self.comparison(results)
         if model is None:
             return
         reporting.write(self.folder, model, results, self.on_comparison)
@@ -197,9 +260,16 @@ class Run:
         return reporting.terminal_lines(model, self.stored_results())
 
     # -- helpers -----------------------------------------------------------------------------
-    def _result(self, layout: Layout) -> LayoutResult:
-        result = self.results.setdefault(layout.name, LayoutResult(layout.name, layout.label))
-        result.result_dir = str(self.folder.layout_dir(layout.name))
+    def _result(self, layout: Layout, point: Point | None = None) -> LayoutResult:
+        """The result of ``layout`` at ``point``; without one, the deployment's."""
+        key = (layout.name, point.id if point is not None else "")
+        if key not in self.results:
+            settings = point.describe() if point is not None else {}
+            self.results[key] = LayoutResult(
+                layout.name, layout.label, point=key[1], point_settings=settings
+            )
+        result = self.results[key]
+        result.result_dir = str(self.folder.point_dir(*key))
         return result
 
     def _manifest(self, layout: Layout, plan: DeploymentPlan | None, nodes: list | None) -> None:

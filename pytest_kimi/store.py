@@ -86,6 +86,8 @@ def summary_document(result: LayoutResult, backend: str, time_scale: float) -> d
     data: dict[str, Any] = {
         "layout": result.name,
         "label": result.label,
+        "point": result.point,
+        "point_settings": result.point_settings,
         "backend": backend,
         "time_scale": time_scale,
         "complete": result.complete,
@@ -129,6 +131,8 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
     result = LayoutResult(
         name=saved.get("layout", folder.name),
         label=saved.get("label", folder.name),
+        point=saved.get("point", ""),
+        point_settings=dict(saved.get("point_settings") or {}),
         summary=summary,
         error=saved.get("error", ""),
         result_dir=str(folder),
@@ -167,6 +171,15 @@ class RunFolder:
         (path / "logs").mkdir(parents=True, exist_ok=True)
         return path
 
+    def point_dir(self, layout: str, point: str = "") -> Path:
+        """Where one workload point's records and summary go: the layout's folder when the run
+        has one point, else a folder per point inside it (``tp32/c8``)."""
+        if not point:
+            return self.layout_dir(layout)
+        path = self.layout_dir(layout) / point
+        path.mkdir(exist_ok=True)
+        return path
+
     def logs(self, layout: str) -> Path:
         return self.layout_dir(layout) / "logs"
 
@@ -174,28 +187,54 @@ class RunFolder:
         """GPU samples, appended while the layout runs (:mod:`pytest_kimi.telemetry`)."""
         return self.layout_dir(layout) / "telemetry.jsonl"
 
-    def journal_path(self, layout: str) -> Path:
+    def journal_path(self, layout: str, point: str = "") -> Path:
         """Finished records, one flushed line each, while the run is going."""
-        return self.layout_dir(layout) / "records.partial.jsonl"
+        return self.point_dir(layout, point) / "records.partial.jsonl"
 
-    def write_records(self, layout: str, records: list) -> None:
+    def write_records(self, layout: str, records: list, point: str = "") -> None:
         from pytest_kimi.workload.records import write_records
 
-        write_records(self.layout_dir(layout) / "records.jsonl", records)
+        write_records(self.point_dir(layout, point) / "records.jsonl", records)
 
     def write_manifest(self, layout: str, manifest: dict[str, Any]) -> None:
         write_json(self.layout_dir(layout) / "manifest.json", manifest)
 
     def write_summary(self, result: LayoutResult, backend: str, time_scale: float) -> None:
-        path = self.layout_dir(result.name) / "summary.json"
+        path = self.point_dir(result.name, result.point) / "summary.json"
         write_json(path, summary_document(result, backend, time_scale))
         result.result_dir = str(path.parent)
 
-    def has_layout(self, layout: str) -> bool:
-        return (self.path / layout / "summary.json").exists()
+    def has_layout(self, layout: str, point: str = "") -> bool:
+        return (self.path / layout / point / "summary.json").exists()
 
-    def read_layout(self, layout: str) -> LayoutResult:
-        return load_layout(self.path / layout)[0]
+    def read_layout(self, layout: str, point: str = "") -> LayoutResult:
+        return load_layout(self.path / layout / point)[0]
+
+    def read_manifests(self, layouts: list[str]) -> dict[str, dict[str, Any]]:
+        """The layouts' ``manifest.json`` files that exist (and parse), by layout name."""
+        out = {}
+        for layout in layouts:
+            path = self.path / layout / "manifest.json"
+            with contextlib.suppress(OSError, ValueError):
+                out[layout] = json.loads(path.read_text(encoding="utf-8"))
+        return out
+
+    def write_search(self, layout: str, search: dict[str, Any]) -> None:
+        """``--kimi-find-max-concurrency``'s outcome for a layout (``search.json``)."""
+        write_json(self.layout_dir(layout) / "search.json", search)
+
+    def read_searches(self, layouts: list[str]) -> dict[str, dict[str, Any]]:
+        """The layouts' ``search.json`` files that exist (and parse), by layout name."""
+        out = {}
+        for layout in layouts:
+            with contextlib.suppress(OSError, ValueError):
+                path = self.path / layout / "search.json"
+                out[layout] = json.loads(path.read_text(encoding="utf-8"))
+        return out
+
+    def write_file(self, name: str, text: str) -> None:
+        """Another file of the report (``pareto.svg``) into the run folder."""
+        write_text(self.path / name, text)
 
     def write_comparison(self, model: dict[str, Any], markdown: str, html: str) -> None:
         write_comparison(self.path, model, markdown, html)

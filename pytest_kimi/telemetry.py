@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from pytest_kimi.config import Node
     from pytest_kimi.deploy.executor import Executor
     from pytest_kimi.result import LayoutResult
+    from pytest_kimi.telemetry_stats import TelemetrySeries, TelemetrySummary
+    from pytest_kimi.workload.records import RequestRecord
 
 ATTACHED_NOTE = "telemetry: none: attached to an endpoint (--kimi-endpoint), no nodes to sample"
 
@@ -185,10 +187,25 @@ def sampling(sampler: Sampler | None, result: LayoutResult) -> Iterator[Sampler 
         sampler.stop()
         result.notes.extend(sampler.notes())
         with contextlib.suppress(OSError, ValueError):
-            series = read_telemetry(sampler.path)
-            span = measured_span(result.records, series)
+            span, result.telemetry = _measured(read_telemetry(sampler.path), result.records)
             if span is not None:
                 sampler.mark_measured(*span)
-                tokens = sum(r.output_tokens for r in result.records
-                             if r.success and not r.warmup)  # fmt: skip
-                result.telemetry = summarize_telemetry(series, span, tokens)
+
+
+def point_telemetry(path: Path, records: list[RequestRecord]) -> TelemetrySummary | None:
+    """The GPU figures over one workload point's measured requests, from the samples so far:
+    a layout serving several points is sampled throughout, each point judged on its span."""
+    with contextlib.suppress(OSError, ValueError):
+        return _measured(read_telemetry(path), records)[1]
+    return None
+
+
+def _measured(
+    series: TelemetrySeries, records: list[RequestRecord]
+) -> tuple[tuple[float, float] | None, TelemetrySummary | None]:
+    """The measured span of ``records`` in the samples, and the figures over it."""
+    span = measured_span(records, series)
+    if span is None:
+        return None, None
+    tokens = sum(r.output_tokens for r in records if r.success and not r.warmup)
+    return span, summarize_telemetry(series, span, tokens)

@@ -148,6 +148,8 @@ class WorkloadConfig:
     speedbench_config: str = "throughput_16k"  # config of a snapshot directory
     prompt: str = "raw"  # raw | chat_template | chat_template_or_raw
     clock_start: str = "request"  # request (bench_serving's) | send: where TTFT and E2E start
+    # settings the file sweeps (setting -> its values; the first is the field's): points
+    sweeps: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

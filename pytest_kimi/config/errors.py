@@ -13,7 +13,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from pytest_kimi.config.fields import kind
+from pytest_kimi.config.fields import ONE_VALUE, VALUES, kind
 from pytest_kimi.yamlfile import ConfigError, Located
 
 MAX_SHOWN = 5
@@ -28,6 +28,7 @@ _TYPE_PROBLEMS = {
     "model_type": "expected a mapping",
     "model_attributes_type": "expected a mapping",
     "list_type": "expected a list",
+    "too_short": "expected at least one value",
 }
 _BOUNDS = {
     "greater_than_equal": ">=",
@@ -44,6 +45,8 @@ def field_path(loc: tuple[str | int, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif part in (ONE_VALUE, VALUES):  # a Sweep's shape: the field itself
+            continue
         elif part != "[key]":  # a dict key that failed its own check: the key is the field
             out = f"{out}.{part}" if out else part
     return out or "(top level)"

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    WithJsonSchema,
+)
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -197,3 +205,21 @@ def _layouts(value: Any) -> Any:
 
 NodeList = BeforeValidator(_nodes)
 LayoutMap = BeforeValidator(_layouts)
+
+
+ONE_VALUE, VALUES = "(one value)", "(values)"
+"""The two shapes of a :data:`Sweep`; error locations leave them out (:mod:`.errors`)."""
+
+
+def _sweep_shape(value: Any) -> str:
+    return VALUES if isinstance(value, list) else ONE_VALUE
+
+
+T = TypeVar("T")
+Sweep = Annotated[
+    Annotated[T, Tag(ONE_VALUE)] | Annotated[list[T], Field(min_length=1), Tag(VALUES)],
+    Discriminator(_sweep_shape),
+]
+"""A workload setting: one value, or a non-empty list of values to sweep (one workload point
+each, :mod:`pytest_kimi.points`). The shape is chosen by the value, so an error is about the
+shape the file used."""

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,6 +36,7 @@ from pytest_kimi.config.cluster import (
     WorkloadConfig,
 )
 from pytest_kimi.config.errors import config_error
+from pytest_kimi.points import SWEPT
 from pytest_kimi.yamlfile import Located, read_yaml
 
 # sglang-router 0.3.x defaults retry a failed request up to 5 times with back-off, open a circuit
@@ -236,23 +238,38 @@ def router_args(
 
 
 def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
+    """The workload; a setting given as a list is swept: its first value is the workload's, all
+    of them are its ``sweeps`` (:mod:`pytest_kimi.points`)."""
     goodput = workload.goodput.model_dump(exclude_none=True)
+    sweeps = {
+        name: tuple(value)
+        for name in SWEPT
+        if isinstance(value := getattr(workload, name), list)
+    }
+    if "request_rate" in sweeps:
+        sweeps["request_rate"] = tuple(float(rate) for rate in sweeps["request_rate"])
+
+    def first(name: str) -> Any:
+        value = getattr(workload, name)
+        return value[0] if isinstance(value, list) else value
+
     return WorkloadConfig(
         dataset=workload.dataset,
-        num_requests=workload.num_requests,
-        input_len=workload.input_len,
-        output_len=workload.output_len,
-        concurrency=workload.concurrency,
+        num_requests=first("num_requests"),
+        input_len=first("input_len"),
+        output_len=first("output_len"),
+        concurrency=first("concurrency"),
         warmup_requests=workload.warmup_requests,
-        api=workload.api,
+        api=first("api"),
         seed=workload.seed,
-        category=workload.category,
+        category=first("category"),
         request_timeout_s=workload.request_timeout_s,
-        request_rate=float(workload.request_rate),
+        request_rate=float(first("request_rate")),
         percentiles=tuple(workload.percentiles),
         goodput=goodput,
         goodput_ms=checks.goodput_ms(src, goodput),
         speedbench_config=workload.speedbench_config,
         prompt=workload.prompt,
         clock_start=workload.clock_start,
+        sweeps=sweeps,
     )

@@ -35,6 +35,7 @@ from pytest_kimi.config.fields import (
     Seconds,
     SecretName,
     ShellLines,
+    Sweep,
     Text,
     TextValue,
     one_of,
@@ -236,6 +237,10 @@ class Goodput(_Model):
     e2e: TextValue | None = Field(None, description="End-to-end latency, e.g. 60s.")
 
 
+_SWEEP = "; a list sweeps it: one workload point per value (docs/cluster-file.md)."
+
+
+
 class Workload(_Model):
     """The benchmark workload: SPEED-Bench rows, lengths, concurrency."""
 
@@ -254,12 +259,14 @@ class Workload(_Model):
         "in the served model's chat template, as SGLang's SPEED-Bench loader); "
         "chat_template_or_raw falls back to raw when the tokenizer has no template.",
     )
-    num_requests: Count = Field(description="Measured requests per layout.")
-    input_len: Count = Field(description="Nominal prompt length in tokens.")
-    output_len: Count = Field(description="Tokens generated per request.")
-    concurrency: Count = Field(description="Requests in flight at once.")
+    num_requests: Sweep[Count] = Field(description="Measured requests per layout" + _SWEEP)
+    input_len: Sweep[Count] = Field(description="Nominal prompt length in tokens" + _SWEEP)
+    output_len: Sweep[Count] = Field(description="Tokens generated per request" + _SWEEP)
+    concurrency: Sweep[Count] = Field(description="Requests in flight at once" + _SWEEP)
     warmup_requests: NonNegative = Field(1, description="Unmeasured requests sent first.")
-    api: one_of(*APIS) = Field("generate", description="Server API the client calls.")
+    api: Sweep[one_of(*APIS)] = Field(
+        "generate", description="Server API the client calls" + _SWEEP
+    )
     clock_start: one_of(*CLOCK_STARTS) = Field(
         "request",
         description="Where TTFT and E2E start: request (before the request is issued, "
@@ -267,10 +274,14 @@ class Workload(_Model):
         "is written, once connected).",
     )
     seed: NonNegative = Field(0, description="Seed of row selection and arrivals.")
-    category: Text | None = Field(None, description="Only SPEED-Bench rows of this category.")
+    category: Sweep[Text] | None = Field(
+        None, description="Only SPEED-Bench rows of this category" + _SWEEP
+    )
     request_timeout_s: Seconds = Field(3600.0, description="Seconds one request may take.")
-    request_rate: RequestRate = Field(
-        "inf", description="Requests/s (Poisson arrivals); 'inf': as fast as concurrency allows."
+    request_rate: Sweep[RequestRate] = Field(
+        "inf",
+        description="Requests/s (Poisson arrivals); 'inf': as fast as concurrency allows"
+        + _SWEEP,
     )
     percentiles: Percentiles = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="Percentiles reported."

@@ -8,11 +8,16 @@ The first folder is the reference. Writes comparison.md, comparison.json and rep
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 from pathlib import Path
 
-from pytest_kimi.report.comparison import build_comparison, render_markdown, render_text
+from pytest_kimi.report.comparison import render_markdown, render_text
 from pytest_kimi.report.html import render_html
+from pytest_kimi.report.setup import experiment_setup
+from pytest_kimi.reporting import comparison
+from pytest_kimi.result import LayoutResult
 from pytest_kimi.store import SavedRunError, load_layout, write_comparison
 
 
@@ -32,12 +37,14 @@ def main(argv: list[str] | None = None) -> int:
         for result, folder in zip(results, args.folders, strict=True):
             result.name = f"{folder.parent.name}/{result.name}"
     first = loaded[0][1]
-    model = build_comparison(
+    model = comparison(
         results,
         run_id=" vs ".join(str(f) for f in args.folders),
         backend=first.get("backend", "sglang"),
         time_scale=float(first.get("time_scale") or 1.0),
+        setup=experiment_setup(_manifests(results, args.folders)),
     )
+    assert model is not None  # at least one folder was given
     html = render_html(
         model,
         {r.name: r.records for r in results},
@@ -48,6 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     print(render_text(model))
     print(f"wrote {args.out / 'comparison.md'}, comparison.json, report.html")
     return 0
+
+
+def _manifests(results: list[LayoutResult], folders: list[Path]) -> dict[str, dict]:
+    """Each layout's manifest: in its folder, or the layout folder above a point's."""
+    out: dict[str, dict] = {}
+    for result, folder in zip(results, folders, strict=True):
+        for path in (folder / "manifest.json", folder.parent / "manifest.json"):
+            if result.name not in out and path.exists():
+                with contextlib.suppress(OSError, ValueError):
+                    out[result.name] = json.loads(path.read_text(encoding="utf-8"))
+    return out
 
 
 if __name__ == "__main__":

@@ -13,13 +13,20 @@ from typing import Any
 
 from pytest_kimi import catalogue
 from pytest_kimi.metrics import per_request_ms
+from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
 from pytest_kimi.result import LayoutResult, verdict_to_dict
 from pytest_kimi.slo import format_value
 from pytest_kimi.stats import bootstrap_delta
 from pytest_kimi.summary import Summary
 
-__all__ = ["ROWS", "LayoutResult", "build_comparison", "incomplete_reasons", "render_markdown"]
+__all__ = [
+    "ROWS", "LayoutResult", "build_comparison", "incomplete_reasons", "render_markdown",
+    "sections",
+]  # fmt: skip
 
+
+PARETO_IMAGE = "pareto.svg"
+"""The Pareto plot beside comparison.md (report.html has it inline)."""
 
 ROWS: tuple[tuple[str, str, str], ...] = tuple(
     (name, catalogue.metric(name).label, catalogue.metric(name).unit)
@@ -69,13 +76,38 @@ def build_comparison(
     time_scale: float,
     stopped_early: str = "",
 ) -> dict[str, Any]:
-    """The report model: rows of values per layout and deltas against the first layout.
+    """The report model: rows of values per layout and deltas against the first layout; for a
+    sweep (results at several workload points) one such table per point under ``points``, in
+    the order measured.
 
     A layout without a complete measurement (its error says why) marks the model incomplete;
     ``stopped_early`` (Ctrl-C, SIGTERM, ``-x``) is then named as the first reason.
     """
     if not results:
         raise ValueError("no layout results to compare")
+    reasons = incomplete_reasons(results, stopped_early)
+    head = {
+        "run_id": run_id,
+        "backend": backend,
+        "time_scale": time_scale,
+        "complete": not reasons,
+        "incomplete": reasons,
+        "reference": results[0].name,
+    }
+    if not any(r.point for r in results):
+        return {**head, **_table(results, time_scale)}
+    groups: dict[str, list[LayoutResult]] = {}
+    for result in results:
+        groups.setdefault(result.point, []).append(result)
+    points = [
+        {"id": point, "settings": dict(group[0].point_settings), **_table(group, time_scale)}
+        for point, group in groups.items()
+    ]
+    return {**head, "points": points}
+
+
+def _table(results: Sequence[LayoutResult], time_scale: float) -> dict[str, Any]:
+    """One comparison: the reference, each layout's entry and the rows."""
     ref = results[0]
     samples = {
         r.name: per_request_ms(r.records, time_scale=time_scale) if r.records else None
@@ -90,37 +122,39 @@ def build_comparison(
         if row_ci is not None:
             row["ci"] = row_ci
         rows.append(row)
-    layouts = []
-    for r in results:
-        layouts.append(
-            {
-                "name": r.name,
-                "label": r.label,
-                "result_dir": r.result_dir,
-                "error": r.error,
-                "notes": list(r.notes),
-                "summary": r.summary.to_dict() if r.summary else None,
-                "slo": [verdict_to_dict(v) for v in r.verdicts],
-                "telemetry": r.telemetry.to_dict() if r.telemetry else None,
-            }
-        )
-    reasons = incomplete_reasons(results, stopped_early)
-    return {
-        "run_id": run_id,
-        "backend": backend,
-        "time_scale": time_scale,
-        "complete": not reasons,
-        "incomplete": reasons,
-        "reference": ref.name,
-        "layouts": layouts,
-        "rows": rows,
-    }
+    layouts = [
+        {
+            "name": r.name,
+            "label": r.label,
+            "result_dir": r.result_dir,
+            "error": r.error,
+            "notes": list(r.notes),
+            "summary": r.summary.to_dict() if r.summary else None,
+            "slo": [verdict_to_dict(v) for v in r.verdicts],
+            "telemetry": r.telemetry.to_dict() if r.telemetry else None,
+        }
+        for r in results
+    ]
+    return {"reference": ref.name, "layouts": layouts, "rows": rows}
+
+
+def sections(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model's comparisons: one per workload point of a sweep, else the model itself."""
+    return list(model["points"]) if "points" in model else [model]
+
+
+def point_title(section: dict[str, Any]) -> str:
+    """``c8: concurrency 8, request_rate inf`` for a sweep's point; "" otherwise."""
+    if not section.get("id"):
+        return ""
+    settings = ", ".join(f"{k} {v}" for k, v in section.get("settings", {}).items())
+    return f"{section['id']}: {settings}" if settings else section["id"]
 
 
 def incomplete_reasons(results: Sequence[LayoutResult], stopped_early: str = "") -> list[str]:
     """Why a report is not the full answer: a layout was not run or not measured in full
     (its error's first line), and if so, why the session stopped early."""
-    reasons = [f"{r.name}: {r.error.splitlines()[0]}" for r in results if r.error]
+    reasons = [f"{r.case}: {r.error.splitlines()[0]}" for r in results if r.error]
     if reasons and stopped_early:
         reasons.insert(0, f"session stopped early: {stopped_early}")
     return reasons
@@ -189,7 +223,6 @@ def backend_label(model: dict[str, Any]) -> str:
 
 
 def render_markdown(model: dict[str, Any]) -> str:
-    header, body = table_rows(model)
     lines = [
         f"# Layout comparison: {model['run_id']}",
         "",
@@ -197,18 +230,52 @@ def render_markdown(model: dict[str, Any]) -> str:
         f"Backend: {backend_label(model)}. Reference layout: `{model['reference']}`; "
         "deltas are relative to it.",
         "",
+        *setup_lines(model.get("setup") or {}),
+    ]
+    for section in sections(model):
+        title = point_title(section)
+        level = "###" if title else "##"
+        if title:
+            lines += ["", f"## Workload point {title}"]
+        lines += ["", *_markdown_table(section)]
+        lines += ["", f"{level} SLO verdicts", "", *_verdict_lines(section)]
+    lines += ["", *pareto_lines(model.get("pareto") or {}, PARETO_IMAGE)]
+    lines += verdict_lines(model.get("verdicts") or [], model.get("max_concurrency") or {})
+    notes = [(case, n) for case, layout in cases(model) for n in layout["notes"]]
+    if notes:
+        lines += ["", "## Notes", ""]
+        lines += [f"- **{name}**: {note}" for name, note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def cases(model: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(``tp32`` or ``tp32-c8``, the layout's entry) over every section."""
+    return [
+        (f"{lay['name']}-{sec['id']}" if sec.get("id") else lay["name"], lay)
+        for sec in sections(model)
+        for lay in sec["layouts"]
+    ]
+
+
+def _markdown_table(section: dict[str, Any]) -> list[str]:
+    header, body = table_rows(section)
+    lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
-    if any(row.get("ci") for row in model["rows"]):
+    if any(row.get("ci") for row in section["rows"]):
         lines += [
             "",
             "Latency deltas carry a 95% bootstrap interval from the per-request records; "
             "`*` marks a difference whose interval excludes zero (real, not resampling noise).",
         ]
-    lines += ["", "## SLO verdicts", ""]
-    for layout in model["layouts"]:
+    return lines
+
+
+def _verdict_lines(section: dict[str, Any]) -> list[str]:
+    lines = []
+    for layout in section["layouts"]:
         if layout["error"]:
             lines.append(f"- **{layout['name']}**: not measured: {layout['error'].splitlines()[0]}")
             continue
@@ -222,11 +289,7 @@ def render_markdown(model: dict[str, Any]) -> str:
             lines.append(
                 f"- **{layout['name']}** {slo['name']} {op} {limit}: {state} (measured {measured})"
             )
-    notes = [(layout["name"], n) for layout in model["layouts"] for n in layout["notes"]]
-    if notes:
-        lines += ["", "## Notes", ""]
-        lines += [f"- **{name}**: {note}" for name, note in notes]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _incomplete_banner(model: dict[str, Any]) -> list[str]:
@@ -238,15 +301,19 @@ def _incomplete_banner(model: dict[str, Any]) -> list[str]:
 
 
 def render_text(model: dict[str, Any]) -> str:
-    """Aligned plain text for pytest's terminal summary."""
-    header, body = table_rows(model)
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    """Aligned plain text for pytest's terminal summary (a table per workload point)."""
     out = []
     if not model.get("complete", True):
         out.append("INCOMPLETE RUN: " + "; ".join(model.get("incomplete", [])))
     out.append(f"{backend_label(model)}; reference {model['reference']}")
-    for row in [header, *body]:
-        first = row[0].ljust(widths[0])
-        rest = [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        out.append("  ".join([first, *rest]))
+    for section in sections(model):
+        title = point_title(section)
+        if title:
+            out.append(f"-- workload point {title}")
+        header, body = table_rows(section)
+        widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+        for row in [header, *body]:
+            first = row[0].ljust(widths[0])
+            rest = [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+            out.append("  ".join([first, *rest]))
     return "\n".join(out)

@@ -24,7 +24,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from pytest_kimi.metrics import per_request_ms
-from pytest_kimi.report.comparison import backend_label, table_rows
+from pytest_kimi.report.comparison import (
+    backend_label,
+    cases,
+    point_title,
+    sections,
+    table_rows,
+)
+from pytest_kimi.report.matrixtext import describe_search, flag_text
+from pytest_kimi.report.paretoplot import pareto_figure
 from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
 from pytest_kimi.workload.records import RequestRecord
@@ -39,6 +47,7 @@ Telemetry = Mapping[str, "TelemetrySeries | None"]
 UNATTRIBUTED = "all replicas (not known per request)"
 
 PLOT_IDS = ("cdf-ttft", "cdf-tpot", "cdf-e2e", "timeline", "throughput")
+"""The plots of every report; a sweep's report opens them with ``pareto``."""
 
 _TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
@@ -49,6 +58,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; 
 table { border-collapse: collapse; font-size: 14px; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
+table.text td:nth-child(-n+3), table.text th { text-align: left; }
 .pass { color: #176f2c; } .fail { color: #b00020; font-weight: bold; }
 .incomplete { border: 2px solid #b00020; padding: 0 1em; margin: 1em 0; background: #fff4f4; }
 figure { margin: 1.5em 0; } figcaption { font-size: 13px; color: #555; }
@@ -60,17 +70,55 @@ figures are not the full answer.<ul>{% for reason in model.incomplete %}<li>{{ r
 <p>Backend: {{ backend }}. Reference layout: <code>{{ model.reference }}</code>; deltas are
 relative to it. Latency deltas carry a 95% bootstrap interval; <code>*</code> marks one that
 excludes zero.</p>
-<table><thead><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
-{% for row in body %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+{% if setup %}<h2>Set-up</h2><ul>
+<li>Model: <code>{{ setup.model }}</code> ({{ setup.backend }} backend, cluster
+<code>{{ setup.cluster }}</code>)</li>
+{% for line in setup.hardware %}<li>Hardware: {{ line }}</li>{% endfor %}
+<li>Dataset: <code>{{ setup.dataset.path }}</code> (sha256 <code>{{ setup.dataset.sha256 }}</code>),
+SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
+{{ setup.dataset.category or 'all' }}, prompts {{ setup.dataset.prompt }}; prompts sha256
+<code>{{ setup.dataset.prompts_sha256 }}</code></li>
+<li>Workload: {{ listed(setup.dataset.workload) }}</li>
+<li>Tools: {{ listed(setup.tools) }}</li>
+</ul>
+<table class="text"><thead><tr><th>layout</th><th>parallel</th><th>replicas</th><th>nodes</th>
+<th>GPUs</th><th>router policy</th><th>its own server flags</th></tr></thead><tbody>
+{% for name, lay in setup.layouts.items() %}<tr><td>{{ name }}</td><td>{{ lay.parallel }}</td>
+<td>{{ lay.replicas }}</td><td>{{ lay.nodes }}</td><td>{{ lay.gpus }}</td>
+<td>{{ lay.router_policy }}</td>
+<td style="text-align:left"><code>{{ own_flags[name] }}</code></td></tr>
+{% endfor %}</tbody></table>
+<p>Server flags every layout shares: <code>{{ shared_flags }}</code></p>{% endif %}
+{% for sec in sections %}{% if sec.title %}<h2 id="point-{{ sec.id }}">Workload point
+{{ sec.title }}</h2>{% endif %}
+<table><thead><tr>{% for h in sec.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
+{% for row in sec.body %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table>
-<h2>SLO verdicts</h2><ul>
-{% for layout in model.layouts %}{% if layout.error %}
+<h{{ 3 if sec.title else 2 }}>SLO verdicts</h{{ 3 if sec.title else 2 }}><ul>
+{% for layout in sec.layouts %}{% if layout.error %}
 <li><b>{{ layout.name }}</b>: not measured: {{ layout.error.splitlines()[0] }}</li>
 {% else %}{% for s in layout.slo %}
 <li><b>{{ layout.name }}</b> {{ s.name }}:
 <span class="{{ 'pass' if s.passed else 'fail' }}">{{ 'PASS' if s.passed else 'FAIL' }}</span>
 </li>{% endfor %}{% endif %}{% endfor %}
-</ul>
+</ul>{% endfor %}
+{% if pareto %}<h2>Pareto view: throughput per GPU against latency</h2>
+<figure id="{{ pareto.id }}">{{ pareto.svg }}<figcaption>{{ pareto.caption }}</figcaption>
+</figure>{% endif %}
+{% if verdicts %}<h2 id="verdict">Verdict</h2>
+<table class="text"><thead><tr><th>workload point</th><th>meet every SLO</th>
+<th>best by output tok/s per GPU</th>{% for n in verdict_names %}<th>{{ n }} tok/s/GPU</th>
+{% endfor %}</tr></thead><tbody>
+{% for row in verdicts %}<tr><td>{{ row.point or "the workload" }}</td>
+<td>{{ row.meeting | join(", ") or "none" }}</td>
+<td>{% if row.best %}<b>{{ row.best }}</b>{% else %}<span class="fail">none meets every SLO
+</span>{% endif %}</td>
+{% for n in verdict_names %}<td>{{ per_gpu(row.output_throughput_per_gpu[n]) }}</td>
+{% endfor %}</tr>
+{% endfor %}</tbody></table>
+{% if searches %}<p>Highest concurrency meeting every SLO (--kimi-find-max-concurrency):</p><ul>
+{% for name, text in searches.items() %}<li><b>{{ name }}</b>: {{ text }}</li>{% endfor %}
+</ul>{% endif %}{% endif %}
 {% if notes %}<h2>Data quality and notes</h2><ul>
 {% for name, note in notes %}<li><b>{{ name }}</b>: {{ note }}</li>{% endfor %}</ul>{% endif %}
 <h2>Plots</h2>
@@ -83,7 +131,8 @@ excludes zero.</p>
 )
 
 
-def _svg(fig: plt.Figure) -> str:
+def svg(fig: plt.Figure) -> str:
+    """The figure as inline SVG markup (closed afterwards)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(fig)
@@ -104,7 +153,7 @@ def _cdf_plot(samples: Mapping[str, list[float]], metric: str, unit: str) -> str
         ax.legend()
     else:
         ax.text(0.5, 0.5, "no successful requests", ha="center", transform=ax.transAxes)
-    return _svg(fig)
+    return svg(fig)
 
 
 def _counter_totals(counters: Mapping[str, ReplicaCounters]) -> str:
@@ -166,7 +215,7 @@ def _timeline_plot(
                                    "GPUs)", fontsize=9)  # fmt: skip
             node_axes[-1].set_xlabel("cluster time since the first request (s)")
         ax.set_xlim(*_span(_timed(records[name]), time_scale))
-    return _svg(fig)
+    return svg(fig)
 
 
 def _span(measured: Sequence[RequestRecord], time_scale: float) -> tuple[float, float]:
@@ -241,7 +290,7 @@ def _throughput_plot(records: Mapping[str, Sequence[RequestRecord]], time_scale:
     ax.set_ylabel("output tokens/s")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _svg(fig)
+    return svg(fig)
 
 
 def render_html(
@@ -256,9 +305,15 @@ def render_html(
     scale = model["time_scale"]
     samples = {name: per_request_ms(recs, time_scale=scale) for name, recs in records.items()}
     plots = []
+    pareto = None
+    if model.get("pareto"):
+        pareto = {"id": "pareto", "svg": svg(pareto_figure(model["pareto"])),
+                  "caption": "the Pareto view: output throughput per GPU against TPOT p95 and "
+                  "TTFT p95, one curve per layout over the workload points; filled markers "
+                  "met every SLO"}  # fmt: skip
     for key, label, unit in (("ttft", "TTFT", "s"), ("tpot", "TPOT", "ms"), ("e2e", "E2E", "s")):
-        svg = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
-        plots.append({"id": f"cdf-{key}", "svg": svg, "caption": f"{label} CDF per layout"})
+        cdf = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
+        plots.append({"id": f"cdf-{key}", "svg": cdf, "caption": f"{label} CDF per layout"})
     if any(_timed(recs) for recs in records.values()):  # a run stopped at warm-up has none
         caption = ("every request: send, first token, end; one row per replica where the "
                    "response named it, otherwise one row for all replicas")  # fmt: skip
@@ -269,17 +324,44 @@ def render_html(
                         "(attribution by counters, not per request): ")  # fmt: skip
             caption += "; ".join(totals)
         caption += ". " + _telemetry_caption(records, telemetry or {})
-        svg = _timeline_plot(records, scale, counters or {}, telemetry or {})
-        plots.append({"id": "timeline", "svg": svg, "caption": caption})
+        timeline = _timeline_plot(records, scale, counters or {}, telemetry or {})
+        plots.append({"id": "timeline", "svg": timeline, "caption": caption})
         plots.append({"id": "throughput", "svg": _throughput_plot(records, scale),
                       "caption": "output throughput over time"})  # fmt: skip
-    header, body = table_rows(model)
-    notes = [(lay["name"], n) for lay in model["layouts"] for n in lay["notes"]]
+    shown = []
+    for section in sections(model):
+        header, body = table_rows(section)
+        shown.append({"id": section.get("id", ""), "title": point_title(section),
+                      "header": header, "body": body, "layouts": section["layouts"]})  # fmt: skip
+    notes = [(case, n) for case, lay in cases(model) for n in lay["notes"]]
+    setup = model.get("setup") or {}
+    verdicts = model.get("verdicts") or []
+    own_flags = {
+        name: flag_text(lay.get("flags") or {}) or "(none: the shared flags only)"
+        for name, lay in (setup.get("layouts") or {}).items()
+    }
+    searches = {
+        name: describe_search(found)
+        for name, found in (model.get("max_concurrency") or {}).items()
+    }
     return _TEMPLATE.render(
         model=model,
         backend=backend_label(model),
-        header=header,
-        body=body,
+        setup=setup,
+        own_flags=own_flags,
+        shared_flags=flag_text(setup.get("shared_flags") or {}) or "(none)",
+        verdicts=verdicts,
+        verdict_names=list(verdicts[0]["output_throughput_per_gpu"]) if verdicts else [],
+        per_gpu=lambda v: "n/a" if v is None else f"{v:.2f}",
+        listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
+        searches=searches,
+        sections=shown,
         notes=notes,
-        plots=[{**p, "svg": jinja2.utils.markupsafe.Markup(p["svg"])} for p in plots],
+        plots=[_markup(p) for p in plots],
+        pareto=_markup(pareto) if pareto else None,
     )
+
+
+def _markup(plot: dict[str, Any]) -> dict[str, Any]:
+    """A plot whose SVG goes into the page as markup (we drew it), not as escaped text."""
+    return {**plot, "svg": jinja2.utils.markupsafe.Markup(plot["svg"])}

@@ -33,6 +33,10 @@ CARD = "README.md"
 DATA_SUFFIXES: tuple[str, ...] = (".parquet", ".jsonl")
 """File types a config's ``data_files`` may name; anything else is refused by name."""
 PROMPT_COLUMNS: tuple[str, ...] = ("turns", "messages")
+THROUGHPUT_LENGTHS: dict[int, str] = {
+    1024 * k: f"throughput_{k}k" for k in (1, 2, 8, 16, 32)
+}
+"""Prompt length in tokens -> the throughput config whose prompts have it (the dataset card)."""
 
 
 @dataclass(frozen=True)

@@ -53,3 +53,16 @@ def test_no_regression(speedbench, kimi_regression, kimi_regression_metric):
 def test_workload(kimi_benchmark):
     """The workload's one run, recorded by pytest-benchmark (``--benchmark-autosave``)."""
     _measured(kimi_benchmark)
+
+
+def test_max_concurrency(kimi_max_concurrency, kimi_layout, record_property):
+    """With --kimi-find-max-concurrency: the layout meets every SLO at some concurrency of the
+    searched range; the highest such level is in the report's verdict table."""
+    search = kimi_max_concurrency
+    record_property("max_concurrency", search.max_concurrency)
+    if search.max_concurrency is None:
+        pytest.fail(
+            f"{kimi_layout.name}: no concurrency in {search.low}..{search.high} meets every SLO; "
+            f"at {search.low} it fails {', '.join(search.failed_slos)}",
+            pytrace=False,
+        )

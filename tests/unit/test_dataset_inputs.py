@@ -122,3 +122,76 @@ def test_tokenizer_dir_resolution(tmp_path: Path) -> None:
     )
     path.write_text(text)
     assert tokenizer_dir(options(path), load_cluster(path)) == Path("/models/tok")
+
+
+# ----------------------------------------------------------------------------- workload points
+
+
+def test_input_len_points_read_the_throughput_config_of_their_length(
+    tmp_path: Path, snapshot: Path
+) -> None:
+    inputs = load_inputs(options(cluster_file(tmp_path), input_len="1024,16384"))
+    assert [p.id for p in inputs.points] == ["in1k", "in16k"]
+    short, long = inputs.prompts["in1k"], inputs.prompts["in16k"]
+    assert (short.config, long.config) == ("throughput_1k", "throughput_16k")
+    assert {p.id[0] for p in short.prompts} == {"k"} and {p.id[0] for p in long.prompts} == {"t"}
+    assert inputs.workload_of(inputs.points[0]).input_len == 1024
+    written = manifest(inputs, inputs.layouts[0], "run-1", None)["points"]
+    assert [(p["id"], p["speedbench_config"]) for p in written] == [
+        ("in1k", "throughput_1k"),
+        ("in16k", "throughput_16k"),
+    ]
+    assert written[0]["dataset"]["prompt_ids"] == [p.id for p in short.prompts]
+
+
+def test_a_length_no_throughput_config_holds_is_a_usage_error(
+    tmp_path: Path, snapshot: Path
+) -> None:
+    with pytest.raises(UsageProblem, match=r"--kimi-input-len: 1000 tokens: SPEED-Bench's "
+                       r"throughput configs hold prompts of 1024, 2048, 8192, 16384, 32768"):
+        load_inputs(options(cluster_file(tmp_path), input_len="1000"))  # fmt: skip
+
+
+def test_a_length_and_a_config_given_together_is_a_usage_error(
+    tmp_path: Path, snapshot: Path
+) -> None:
+    opts = options(cluster_file(tmp_path), input_len="1024", speedbench_config="qualitative")
+    with pytest.raises(UsageProblem, match="leave out --kimi-speedbench-config qualitative"):
+        load_inputs(opts)
+
+
+def test_other_lengths_from_one_file_are_a_usage_error(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path, dataset="builtin:speedbench16k")
+    with pytest.raises(UsageProblem, match=r"--kimi-input-len 1024: .* is one file of prompts"):
+        load_inputs(options(path, input_len="1024,16"))
+
+
+def test_the_command_line_replaces_the_files_sweep(tmp_path: Path, snapshot: Path) -> None:
+    path = cluster_file(tmp_path, extra="  api: [generate, chat]\n")
+    path.write_text(path.read_text().replace("  concurrency: 1\n", "  concurrency: [1, 2]\n"))
+    swept = load_inputs(options(path))
+    assert [p.id for p in swept.points] == ["c1-generate", "c2-generate", "c1-chat", "c2-chat"]
+    given = load_inputs(options(path, concurrency="4", api="chat"))
+    assert [(p.id, p.describe()) for p in given.points] == [
+        ("", {"concurrency": 4, "api": "chat"})
+    ]
+
+
+def test_a_category_list_is_a_point_per_category(tmp_path: Path, snapshot: Path) -> None:
+    inputs = load_inputs(options(cluster_file(tmp_path), category="low_entropy,mixed"))
+    assert [p.id for p in inputs.points] == ["low_entropy", "mixed"]
+    assert {p.category for p in inputs.prompts["mixed"].prompts} == {"mixed"}
+    assert {p.category for p in inputs.prompts["low_entropy"].prompts} == {"low_entropy"}
+
+
+def test_an_unknown_api_names_the_option(tmp_path: Path, snapshot: Path) -> None:
+    with pytest.raises(UsageProblem, match="--kimi-api: 'grpc' is not one of generate, "):
+        load_inputs(options(cluster_file(tmp_path), api="chat,grpc"))
+
+
+def test_a_bad_list_in_the_file_names_file_line_and_field(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path)
+    path.write_text(path.read_text().replace("  concurrency: 1\n", "  concurrency: [1, two]\n"))
+    with pytest.raises(ConfigError) as info:
+        load_cluster(path)
+    assert str(info.value).startswith(f"{path}:15: field 'workload.concurrency[1]': expected an ")

@@ -28,8 +28,8 @@ SHIPPED = [
 ANNOTATIONS = {"$schema", "$defs", "title", "description", "default"}
 CHECKED = {
     "type", "properties", "required", "additionalProperties", "patternProperties", "$ref",
-    "anyOf", "enum", "const", "items", "minimum", "maximum", "exclusiveMinimum", "minItems",
-    "minProperties", "minLength", "pattern",
+    "anyOf", "oneOf", "enum", "const", "items", "minimum", "maximum", "exclusiveMinimum",
+    "minItems", "minProperties", "minLength", "pattern",
 }  # fmt: skip
 TYPES = {
     "object": lambda v: isinstance(v, dict),
@@ -46,6 +46,15 @@ def problems(value: Any, schema: dict[str, Any], root: dict[str, Any], at: str =
     """Where ``value`` breaks ``schema`` (empty: valid), for the keywords in CHECKED."""
     if "$ref" in schema:
         return problems(value, root["$defs"][schema["$ref"].rpartition("/")[2]], root, at)
+    if "oneOf" in schema:  # a workload setting: one value or a list, never both
+        found = [problems(value, option, root, at) for option in schema["oneOf"]]
+        fitting = sum(1 for f in found if not f)
+        if fitting > 1:
+            return [f"{at}: matches {fitting} options of oneOf"]
+        if fitting == 1:
+            return []
+        typed = [f for f in found if f != [f"{at}: wrong type"]]
+        return typed[0] if len(typed) == 1 else [f"{at}: matches no option"]
     if "anyOf" in schema:
         found = [problems(value, option, root, at) for option in schema["anyOf"]]
         if not all(found):
@@ -171,6 +180,12 @@ def local_data() -> dict[str, Any]:
     return read_yaml(SHIPPED[0]).data
 
 
+def test_schema_accepts_a_swept_workload(schema: dict[str, Any]) -> None:
+    data = local_data()
+    data["workload"].update(concurrency=[1, 8, 32], request_rate=[2.5, "inf"], api=["chat"])
+    assert problems(data, schema, schema) == []
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -187,6 +202,9 @@ def local_data() -> dict[str, Any]:
         (lambda d: d["server"].update(port="8080"), ".server.port: not 'auto'"),
         (lambda d: d["deployment"].update(replicas=True), ".deployment.replicas: wrong type"),
         (lambda d: d["workload"].update(api="grpc"), ".workload.api: not one of"),
+        (lambda d: d["workload"].update(api=["chat", "grpc"]), ".workload.api[1]: not one of"),
+        (lambda d: d["workload"].update(concurrency=[]), ".workload.concurrency: too few items"),
+        (lambda d: d["workload"].update(concurrency=[8, "16"]), ".workload.concurrency[1]: wrong"),
         (lambda d: d["mock"]["profile"].update(layerz=3), ".mock.profile.layerz: unknown key"),
         (lambda d: d.update(nodes=[]), ".nodes: too few items"),
     ],

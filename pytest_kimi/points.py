@@ -1,0 +1,130 @@
+"""Workload points: the settings a run sweeps (concurrency, request rate, prompts, lengths, API,
+category) and the ids that name them in test items and folders.
+
+A point is the cluster file's workload with a few settings replaced. Settings come as lists
+from the command line (``--kimi-concurrency 1,8,32``) or the cluster file
+(``workload.concurrency: [1, 8, 32]``); the points are every combination, concurrency varying
+fastest, so a layout brought up once serves them in order from light to heavy load. Only the
+settings with more than one value name a point (``c8``, ``c8-out1k``): a run without a sweep has
+one point with an empty id, and its items and folders are named as the layout alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import WorkloadConfig
+
+SWEPT: tuple[str, ...] = (
+    "concurrency", "request_rate", "num_requests", "input_len", "output_len", "api", "category",
+)  # fmt: skip
+"""The workload settings a point can set, in the order their parts appear in an id."""
+
+OPTION = {
+    "concurrency": "--kimi-concurrency",
+    "request_rate": "--kimi-request-rate",
+    "num_requests": "--kimi-num-prompts",
+    "input_len": "--kimi-input-len",
+    "output_len": "--kimi-output-len",
+    "api": "--kimi-api",
+    "category": "--kimi-category",
+}
+"""The command-line option of each setting."""
+
+_PREFIX = {"concurrency": "c", "request_rate": "r", "num_requests": "n", "input_len": "in",
+           "output_len": "out", "api": "", "category": ""}  # fmt: skip
+
+
+class PointError(ValueError):
+    """A setting's values cannot make points; the message names the option or field."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One workload point: the settings it replaces (setting -> value, in :data:`SWEPT`
+    order) and which of them vary across the run's points (those name it)."""
+
+    settings: tuple[tuple[str, Any], ...] = ()
+    varied: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``c8``, ``c8-r2``, ``in16k-out512``; "" for the one point of a run without a sweep."""
+        return "-".join(part(name, value) for name, value in self.settings if name in self.varied)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        return dict(self.settings).get(name, default)
+
+    def apply(self, workload: WorkloadConfig) -> WorkloadConfig:
+        """The cluster file's workload with this point's settings."""
+        return replace(workload, **dict(self.settings))
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as JSON-able data (``inf`` as the string ``"inf"``)."""
+        return {name: _jsonable(value) for name, value in self.settings}
+
+
+def part(name: str, value: Any) -> str:
+    """One setting's part of a point id: ``c8``, ``r2.5``, ``rinf``, ``in16k``, ``chat``."""
+    if name in ("input_len", "output_len") and value % 1024 == 0:
+        return f"{_PREFIX[name]}{value // 1024}k"
+    if isinstance(value, float):
+        text = "inf" if math.isinf(value) else f"{value:g}"
+        return f"{_PREFIX[name]}{text}"
+    return f"{_PREFIX[name]}{value}"
+
+
+def _jsonable(value: Any) -> Any:
+    return "inf" if isinstance(value, float) and math.isinf(value) else value
+
+
+def points(values: Mapping[str, Sequence[Any]]) -> tuple[Point, ...]:
+    """Every combination of ``values`` (setting -> its values), the first setting of
+    :data:`SWEPT` varying fastest. Settings with one value are set but do not name points."""
+    names = [n for n in SWEPT if n in values]
+    for name in names:
+        if not values[name]:
+            raise PointError(f"{OPTION[name]}: no values")
+        if len(set(values[name])) != len(values[name]):
+            raise PointError(f"{OPTION[name]}: a value is given twice: {list(values[name])}")
+    varied = tuple(n for n in names if len(values[n]) > 1)
+    slow_first = list(reversed(names))
+    out = []
+    for combo in itertools.product(*(values[n] for n in slow_first)):
+        chosen = dict(zip(slow_first, combo, strict=True))
+        out.append(Point(tuple((n, chosen[n]) for n in names), varied))
+    return tuple(out)
+
+
+def parse_values(name: str, text: str) -> list[Any]:
+    """One option's comma-separated values, typed and checked; errors name the option."""
+    option = OPTION[name]
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise PointError(f"{option} {text!r}: an empty value (give a comma-separated list)")
+    return [_parse(name, option, item) for item in items]
+
+
+def _parse(name: str, option: str, item: str) -> Any:
+    if name in ("api", "category"):
+        return item
+    if name == "request_rate":
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not rate > 0:  # NaN included
+            raise PointError(f"{option}: {item!r} is not a positive number of requests/s or inf")
+        return rate
+    try:
+        count = int(item)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise PointError(f"{option}: {item!r} is not a positive whole number")
+    return count

@@ -1,0 +1,82 @@
+"""The answer across the matrix: per workload point, which layouts meet every SLO and which of
+them gives the most output throughput per GPU; and the Pareto view's data (throughput per GPU
+against TPOT p95 and TTFT p95, one curve per layout over the points).
+
+Pure functions of the comparison model (:mod:`pytest_kimi.report.comparison`) and each
+layout's GPU count (from its manifest): the Markdown, JSON and HTML all render these values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_kimi.report.comparison import sections
+
+PARETO_AXES: tuple[tuple[str, str], ...] = (("tpot_p95", "TPOT p95"), ("ttft_p95", "TTFT p95"))
+"""(metric, label) of the latencies the Pareto view plots throughput per GPU against."""
+
+
+def value(section: Mapping[str, Any], metric: str, layout: str) -> float | None:
+    """One cell of a section's table (None where not measured)."""
+    for row in section["rows"]:
+        if row["metric"] == metric:
+            return row["values"].get(layout)
+    return None
+
+
+def per_gpu(section: Mapping[str, Any], layout: str, gpus: Mapping[str, int]) -> float | None:
+    """Output tokens/s per GPU the layout occupies (its replicas' nodes' GPUs)."""
+    throughput = value(section, "output_throughput", layout)
+    count = gpus.get(layout)
+    if throughput is None or not count:
+        return None
+    return throughput / count
+
+
+def meets_every_slo(entry: Mapping[str, Any]) -> bool:
+    """Measured in full, and no SLO verdict failed (a layout with no SLOs meets them all)."""
+    return not entry["error"] and entry["summary"] is not None and all(
+        slo["passed"] for slo in entry["slo"]
+    )
+
+
+def verdict_table(model: Mapping[str, Any], gpus: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Per workload point: the layouts meeting every SLO, their throughput per GPU, and the
+    best of them (None when none meets them)."""
+    table = []
+    for section in sections(model):
+        names = [entry["name"] for entry in section["layouts"]]
+        meeting = [e["name"] for e in section["layouts"] if meets_every_slo(e)]
+        throughput = {name: per_gpu(section, name, gpus) for name in names}
+        ranked = [name for name in meeting if throughput[name] is not None]
+        best = max(ranked, key=lambda name: throughput[name]) if ranked else None
+        table.append({
+            "point": section.get("id", ""),
+            "settings": dict(section.get("settings") or {}),
+            "meeting": meeting,
+            "failing": [name for name in names if name not in meeting],
+            "output_throughput_per_gpu": throughput,
+            "best": best,
+        })  # fmt: skip
+    return table
+
+
+def pareto(model: Mapping[str, Any], gpus: Mapping[str, int]) -> dict[str, list[dict[str, Any]]]:
+    """Per layout, one entry per workload point in the order measured: throughput per GPU,
+    the latencies of :data:`PARETO_AXES`, whether every SLO was met, and the point's
+    concurrency (the curve's parameter)."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for section in sections(model):
+        for entry in section["layouts"]:
+            name = entry["name"]
+            point = {
+                "point": section.get("id", ""),
+                "concurrency": (section.get("settings") or {}).get("concurrency"),
+                "output_throughput_per_gpu": per_gpu(section, name, gpus),
+                "meets_slos": meets_every_slo(entry),
+            }
+            for metric, _ in PARETO_AXES:
+                point[metric] = value(section, metric, name)
+            curves.setdefault(name, []).append(point)
+    return curves
