@@ -27,9 +27,8 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_kimi_layout_result(config: pytest.Config, result: LayoutResult) -> None:
     """A layout's run has finished and its ``summary.json`` is written: records, summary,
     SLO verdicts and notes are in ``result`` (``result.error`` says why when it failed).
-    With workload points, once per point (``result.point``), and once for a deployment that
-    failed to come up. Called in the process that measured it (an xdist worker under
-    ``-n``)."""
+    With workload points, once per point (``result.point``). Called in the process that
+    measured it (an xdist worker under ``-n``)."""
 
 
 @hookspec

@@ -98,6 +98,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         layouts = tuple(cluster.layout(name) for name in names)
         slos = layout_slos(cluster, layouts, options.slo_overrides)
         run_points = workload_points(options, cluster)
+        check_points(options, cluster, run_points)
         prompts = {} if dry_run else load_prompts(options, cluster, run_points)
         workload = prompts[run_points[0].id] if prompts else None
         thresholds = {
@@ -137,11 +138,12 @@ def workload_points(options: Options, cluster: ClusterConfig) -> tuple[Point, ..
 
 
 def speedbench_config(options: Options, cluster: ClusterConfig, point: Point) -> str:
-    """The SPEED-Bench config a point reads: a point that sets the prompt length reads the
-    throughput config of that length (``throughput_16k``), else the configured one."""
+    """The SPEED-Bench config a point reads: a point that sets another prompt length than
+    the file's reads the throughput config of that length (``throughput_1k``), else the
+    configured one."""
     wl = cluster.workload
     length = point.value("input_len")
-    if length is None:
+    if length is None or length == wl.input_len:  # the file's own length: its own config
         return options.speedbench_config or wl.speedbench_config
     from pytest_kimi.workload.speedbench import THROUGHPUT_LENGTHS
 
@@ -159,6 +161,28 @@ def speedbench_config(options: Options, cluster: ClusterConfig, point: Point) ->
     return THROUGHPUT_LENGTHS[length]
 
 
+def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...]) -> None:
+    """What can be known of the points before any data is read (a dry run too): each length
+    has a SPEED-Bench config, and another length than the file's is not asked of one file (a
+    dataset that is not on this machine is checked where it is read)."""
+    from pytest_kimi.workload.dataset import DatasetError
+
+    try:
+        path: Path | None = dataset_path(options, cluster)
+    except DatasetError:  # not on this machine: a dry run goes on, a run fails where it reads
+        path = None
+    own = cluster.workload.input_len
+    for point in run_points:
+        speedbench_config(options, cluster, point)
+        length = point.value("input_len")
+        if length not in (None, own) and path is not None and path.is_file():
+            raise PointError(
+                f"{OPTION['input_len']} {length}: {path} is one file of prompts (workload."
+                f"input_len {own}); other lengths come from a SPEED-Bench snapshot directory "
+                "(--kimi-dataset DIR)"
+            )
+
+
 def load_prompts(
     options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...]
 ) -> dict[str, Workload]:
@@ -171,12 +195,6 @@ def load_prompts(
     for point in run_points:
         wl = point.apply(cluster.workload)
         config = speedbench_config(options, cluster, point)
-        if point.value("input_len") not in (None, cluster.workload.input_len) and not path.is_dir():
-            raise PointError(
-                f"{OPTION['input_len']} {point.value('input_len')}: {path} is one file of "
-                f"prompts (workload.input_len {cluster.workload.input_len}); other lengths "
-                "come from a SPEED-Bench snapshot directory (--kimi-dataset DIR)"
-            )
         key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
         if key not in loaded:
             loaded[key] = load_workload(

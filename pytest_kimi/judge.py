@@ -33,9 +33,21 @@ def baseline_entry(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
     assert result.summary is not None
     return {
         "label": result.label,
+        "workload": workload_settings(inputs, result),
         "metrics": baseline_mod.metrics_of(result.summary, inputs.baseline_metrics()),
         "samples": per_request_ms(result.records, time_scale=inputs.time_scale),
     }
+
+
+def workload_settings(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
+    """The settings a workload point can change, as this result ran them: a baseline judged
+    against another workload (concurrency 32 then 8) would compare different experiments."""
+    from pytest_kimi.points import SWEPT
+
+    wl = inputs.cluster.workload
+    ran = {name: getattr(wl, name) for name in SWEPT}
+    ran.update(result.point_settings or {})
+    return {name: "inf" if value == float("inf") else value for name, value in ran.items()}
 
 
 def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mod.Judgement:
@@ -60,6 +72,17 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
             "baseline with --kimi-save-baseline"
         )
     current = baseline_entry(inputs, result)
+    saved_workload = saved.get("workload")  # older baselines did not keep it
+    if saved_workload is not None and saved_workload != current["workload"]:
+        changed = ", ".join(
+            f"{name} {saved_workload.get(name)} -> {value}"
+            for name, value in current["workload"].items()
+            if saved_workload.get(name) != value
+        )
+        raise baseline_mod.BaselineError(
+            f"the baseline's {result.case} ran another workload ({changed}): judge it with the "
+            "same workload settings, or save a new baseline with --kimi-save-baseline"
+        )
     return baseline_mod.judge(result.case, metric, inputs.thresholds[metric], saved, current)
 
 

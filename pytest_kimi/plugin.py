@@ -62,6 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.getoption("kimi_dry_run"):
             for layout in run.layouts:
                 print(run.plan(layout).describe(), end="\n\n")
+            if run.inputs.swept:
+                print("workload points, served in this order by each layout:")
+                for point in run.points:
+                    settings = ", ".join(f"{k} {v}" for k, v in point.describe().items())
+                    print(f"  {point.id}: {settings}")
             pytest.exit("dry run: nothing was started", returncode=0)
         if config.getoption("kimi_preflight_only"):
             _preflight_only(run)

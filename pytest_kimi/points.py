@@ -4,15 +4,16 @@ category) and the ids that name them in test items and folders.
 A point is the cluster file's workload with a few settings replaced. Settings come as lists
 from the command line (``--kimi-concurrency 1,8,32``) or the cluster file
 (``workload.concurrency: [1, 8, 32]``); the points are every combination, concurrency varying
-fastest, so a layout brought up once serves them in order from light to heavy load. Only the
-settings with more than one value name a point (``c8``, ``c8-out1k``): a run without a sweep has
-one point with an empty id, and its items and folders are named as the layout alone.
+fastest, in the order given: a layout brought up once serves them one after another. Only
+the settings with more than one value name a point (``c8``, ``c8-out1k``): a run without a
+sweep has one point with an empty id, and its items and folders are named as the layout alone.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,9 @@ _PREFIX = {"concurrency": "c", "request_rate": "r", "num_requests": "n", "input_
            "output_len": "out", "api": "", "category": ""}  # fmt: skip
 
 
+_NAME = re.compile(r"[A-Za-z0-9_.]+")
+
+
 class PointError(ValueError):
     """A setting's values cannot make points; the message names the option or field."""
 
@@ -58,6 +62,7 @@ class Point:
         return "-".join(part(name, value) for name, value in self.settings if name in self.varied)
 
     def value(self, name: str, default: Any = None) -> Any:
+        """One setting this point sets (``default`` when it leaves the workload's)."""
         return dict(self.settings).get(name, default)
 
     def apply(self, workload: WorkloadConfig) -> WorkloadConfig:
@@ -74,8 +79,8 @@ def part(name: str, value: Any) -> str:
     if name in ("input_len", "output_len") and value % 1024 == 0:
         return f"{_PREFIX[name]}{value // 1024}k"
     if isinstance(value, float):
-        text = "inf" if math.isinf(value) else f"{value:g}"
-        return f"{_PREFIX[name]}{text}"
+        short = f"{value:g}"  # 2.5, inf; exact, or two rates would share a folder
+        return f"{_PREFIX[name]}{short if float(short) == value else repr(value)}"
     return f"{_PREFIX[name]}{value}"
 
 
@@ -88,10 +93,15 @@ def points(values: Mapping[str, Sequence[Any]]) -> tuple[Point, ...]:
     :data:`SWEPT` varying fastest. Settings with one value are set but do not name points."""
     names = [n for n in SWEPT if n in values]
     for name in names:
+        where = f"{OPTION[name]} (or workload.{name})"
         if not values[name]:
-            raise PointError(f"{OPTION[name]}: no values")
+            raise PointError(f"{where}: no values")
         if len(set(values[name])) != len(values[name]):
-            raise PointError(f"{OPTION[name]}: a value is given twice: {list(values[name])}")
+            raise PointError(f"{where}: a value is given twice: {list(values[name])}")
+        for value in values[name]:
+            if isinstance(value, str) and not _NAME.fullmatch(value):
+                raise PointError(f"{where}: {value!r} cannot name a point's folder and test "
+                                 "ids (letters, digits, '.', '_' only)")  # fmt: skip
     varied = tuple(n for n in names if len(values[n]) > 1)
     slow_first = list(reversed(names))
     out = []
@@ -111,6 +121,7 @@ def parse_values(name: str, text: str) -> list[Any]:
 
 
 def _parse(name: str, option: str, item: str) -> Any:
+    """One value as the setting's type: words as given, a rate > 0 or inf, else a count."""
     if name in ("api", "category"):
         return item
     if name == "request_rate":

@@ -33,13 +33,15 @@ def covered(
     out = []
     for layout in layouts:
         deployment = results.get((layout.name, ""))
+        told = False  # the deployment's notes are said once, with its first point reported
         for point in points:
             result = results.get((layout.name, point.id))
             if point.id and deployment is not None:
                 if result is None and deployment.error:
                     result = _unmeasured(layout, point, deployment.error)
-                elif result is not None and point == points[0]:  # said once, on the first
+                elif result is not None and not told:
                     result.notes = [*deployment.notes, *result.notes]
+                    told = True
             wanted = selected is None or layout.name in selected
             if result is None and stopped_early and results and wanted:
                 result = _unmeasured(layout, point, f"not run: {stopped_early}")
@@ -82,6 +84,10 @@ def comparison(
     model["verdicts"] = verdict_table(model, gpus)
     if searches:
         model["max_concurrency"] = searches
+        stopped = [f"{name}: the max-concurrency search {found['incomplete']}"
+                   for name, found in searches.items() if found.get("incomplete")]  # fmt: skip
+        model["incomplete"] = [*model["incomplete"], *stopped]
+        model["complete"] = not model["incomplete"]
     if "points" in model:
         model["pareto"] = pareto(model, gpus)
     return model

@@ -113,6 +113,8 @@ class Run:
         if self.inputs.options.endpoint:
             self._manifest(layout, None, None)
             result.notes.append(ATTACHED_NOTE)  # no nodes of ours: no GPU telemetry
+            if self.inputs.swept:  # the points write their own; this keeps the note
+                self.folder.write_summary(result, self.inputs.backend, self.time_scale)
             yield self.inputs.options.endpoint
         else:
             abort = self._aborts[layout.name] = Abort()
@@ -125,7 +127,7 @@ class Run:
             ) as plan:  # fmt: skip
                 self._plans[layout.name] = plan
                 yield self._reach(layout).url(plan.endpoint)
-        if not self.inputs.swept or result.error:  # a sweep's points are each reported
+        if not self.inputs.swept:  # a sweep's points are each reported as measured
             self.on_result(result)
 
     def _reach(self, layout: Layout) -> Reach:
@@ -173,15 +175,19 @@ class Run:
     def find_max_concurrency(self, layout: Layout, endpoint: str) -> Search:
         """``--kimi-find-max-concurrency``: each level a measured point on this deployment
         (a listed point already measured is reused); the outcome goes to ``search.json``."""
-        from pytest_kimi.search import find_max_concurrency
+        from pytest_kimi.search import NotMeasured, find_max_concurrency
 
-        def failed_slos(level: int) -> list[str]:
+        def failed(level: int) -> list[str]:
             result = self.measure(layout, endpoint, self._level(level))
             if result.summary is None:
-                return [f"not measured ({result.error.splitlines()[0]})"]
-            return [v.slo.name for v in result.verdicts if not v.passed]
+                raise NotMeasured(result.error.splitlines()[0] if result.error else "no summary")
+            out = [v.slo.name for v in result.verdicts if not v.passed]
+            if result.summary.failed:
+                out.append(f"{result.summary.failed} requests failed")
+            return out
 
-        search = find_max_concurrency(*self.inputs.concurrency_range(), failed_slos)
+        search = find_max_concurrency(*self.inputs.concurrency_range(), failed)
+        search.settings = {k: v for k, v in self.points[0].describe().items() if k != "concurrency"}
         self.folder.write_search(layout.name, search.to_dict())
         return search
 
@@ -263,12 +269,9 @@ class Run:
     def _result(self, layout: Layout, point: Point | None = None) -> LayoutResult:
         """The result of ``layout`` at ``point``; without one, the deployment's."""
         key = (layout.name, point.id if point is not None else "")
-        if key not in self.results:
-            settings = point.describe() if point is not None else {}
-            self.results[key] = LayoutResult(
-                layout.name, layout.label, point=key[1], point_settings=settings
-            )
-        result = self.results[key]
+        result = self.results.setdefault(key, LayoutResult(layout.name, layout.label, point=key[1]))
+        if point is not None:  # without a sweep, the deployment's result is the point's too
+            result.point_settings = point.describe()
         result.result_dir = str(self.folder.point_dir(*key))
         return result
 

@@ -126,7 +126,9 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         raise SavedRunError(f"{summary_path}: not a saved layout result ({exc})") from None
     series = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # plots only: optional
-        series = read_telemetry(folder / "telemetry.jsonl")
+        # a point's samples are its layout's, one folder up (one deployment, sampled throughout)
+        at = folder if (folder / "telemetry.jsonl").exists() else folder.parent
+        series = read_telemetry(at / "telemetry.jsonl")
     records_path = folder / "records.jsonl"
     result = LayoutResult(
         name=saved.get("layout", folder.name),

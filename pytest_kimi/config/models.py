@@ -240,7 +240,6 @@ class Goodput(_Model):
 _SWEEP = "; a list sweeps it: one workload point per value (docs/cluster-file.md)."
 
 
-
 class Workload(_Model):
     """The benchmark workload: SPEED-Bench rows, lengths, concurrency."""
 

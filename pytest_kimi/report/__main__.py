@@ -32,10 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     results = [result for result, _ in loaded]
+    runs = [folder.parents[1] if r.point else folder.parent for r, folder in
+            zip(results, args.folders, strict=True)]  # fmt: skip
+    for result in results:  # each folder given is a column: a point's id joins its name
+        result.name, result.point = result.case, ""
     names = [r.name for r in results]
     if len(set(names)) != len(names):  # the same layout from two runs: tell them apart
-        for result, folder in zip(results, args.folders, strict=True):
-            result.name = f"{folder.parent.name}/{result.name}"
+        for result, run in zip(results, runs, strict=True):
+            result.name = f"{run.name}/{result.name}"
     first = loaded[0][1]
     model = comparison(
         results,
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _manifests(results: list[LayoutResult], folders: list[Path]) -> dict[str, dict]:
-    """Each layout's manifest: in its folder, or the layout folder above a point's."""
+    """Each column's manifest: in its folder, or the layout folder above a point's."""
     out: dict[str, dict] = {}
     for result, folder in zip(results, folders, strict=True):
         for path in (folder / "manifest.json", folder.parent / "manifest.json"):

@@ -31,7 +31,7 @@ from pytest_kimi.report.comparison import (
     sections,
     table_rows,
 )
-from pytest_kimi.report.matrixtext import describe_search, flag_text
+from pytest_kimi.report.matrixtext import best_text, describe_search, flag_text, search_cell
 from pytest_kimi.report.paretoplot import pareto_figure
 from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
@@ -111,12 +111,14 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 {% endfor %}</tr></thead><tbody>
 {% for row in verdicts %}<tr><td>{{ row.point or "the workload" }}</td>
 <td>{{ row.meeting | join(", ") or "none" }}</td>
-<td>{% if row.best %}<b>{{ row.best }}</b>{% else %}<span class="fail">none meets every SLO
+<td>{% if row.best %}<b>{{ row.best }}</b>{% else %}<span class="fail">{{ best_text(row) }}
 </span>{% endif %}</td>
 {% for n in verdict_names %}<td>{{ per_gpu(row.output_throughput_per_gpu[n]) }}</td>
 {% endfor %}</tr>
-{% endfor %}</tbody></table>
-{% if searches %}<p>Highest concurrency meeting every SLO (--kimi-find-max-concurrency):</p><ul>
+{% endfor %}{% if searches %}<tr><td>highest concurrency meeting every SLO</td><td></td><td></td>
+{% for n in verdict_names %}<td>{{ search_cell(model.max_concurrency.get(n)) }}</td>{% endfor %}
+</tr>{% endif %}</tbody></table>
+{% if searches %}<p>The search (--kimi-find-max-concurrency):</p><ul>
 {% for name, text in searches.items() %}<li><b>{{ name }}</b>: {{ text }}</li>{% endfor %}
 </ul>{% endif %}{% endif %}
 {% if notes %}<h2>Data quality and notes</h2><ul>
@@ -353,6 +355,8 @@ def render_html(
         verdicts=verdicts,
         verdict_names=list(verdicts[0]["output_throughput_per_gpu"]) if verdicts else [],
         per_gpu=lambda v: "n/a" if v is None else f"{v:.2f}",
+        best_text=best_text,
+        search_cell=search_cell,
         listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
         searches=searches,
         sections=shown,

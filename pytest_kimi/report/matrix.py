@@ -35,9 +35,14 @@ def per_gpu(section: Mapping[str, Any], layout: str, gpus: Mapping[str, int]) ->
 
 
 def meets_every_slo(entry: Mapping[str, Any]) -> bool:
-    """Measured in full, and no SLO verdict failed (a layout with no SLOs meets them all)."""
-    return not entry["error"] and entry["summary"] is not None and all(
-        slo["passed"] for slo in entry["slo"]
+    """Measured in full, no request failed, and no SLO verdict failed: fast answers from the
+    requests that survived do not make a layout fit to ship when others timed out."""
+    summary = entry["summary"]
+    return (
+        not entry["error"]
+        and summary is not None
+        and not summary.get("failed")
+        and all(slo["passed"] for slo in entry["slo"])
     )
 
 
@@ -63,13 +68,20 @@ def verdict_table(model: Mapping[str, Any], gpus: Mapping[str, int]) -> list[dic
 
 
 def pareto(model: Mapping[str, Any], gpus: Mapping[str, int]) -> dict[str, list[dict[str, Any]]]:
-    """Per layout, one entry per workload point in the order measured: throughput per GPU,
-    the latencies of :data:`PARETO_AXES`, whether every SLO was met, and the point's
-    concurrency (the curve's parameter)."""
+    """One curve per layout and per value of every other swept setting (``tp32 (output_len
+    1024)``: a curve runs over concurrency only), with one entry per point in the order
+    measured: throughput per GPU, the latencies of :data:`PARETO_AXES`, whether every SLO was
+    met, and the point's concurrency (the curve's parameter)."""
     curves: dict[str, list[dict[str, Any]]] = {}
-    for section in sections(model):
+    every = sections(model)
+    settings = [section.get("settings") or {} for section in every]
+    others = sorted({key for s in settings for key in s if key != "concurrency"
+                     and len({str(t.get(key)) for t in settings}) > 1})  # fmt: skip
+    for section, point_settings in zip(every, settings, strict=True):
+        rest = ", ".join(f"{key} {point_settings.get(key)}" for key in others)
         for entry in section["layouts"]:
             name = entry["name"]
+            curve = f"{name} ({rest})" if rest else name
             point = {
                 "point": section.get("id", ""),
                 "concurrency": (section.get("settings") or {}).get("concurrency"),
@@ -78,5 +90,5 @@ def pareto(model: Mapping[str, Any], gpus: Mapping[str, int]) -> dict[str, list[
             }
             for metric, _ in PARETO_AXES:
                 point[metric] = value(section, metric, name)
-            curves.setdefault(name, []).append(point)
+            curves.setdefault(curve, []).append(point)
     return curves

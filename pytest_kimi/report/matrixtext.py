@@ -67,27 +67,55 @@ def verdict_lines(
     for row in verdicts:
         point = row["point"] or "the workload"
         meeting = ", ".join(row["meeting"]) or "none"
-        best = f"**{row['best']}**" if row["best"] else "none meets every SLO"
         cells = [_per_gpu(row["output_throughput_per_gpu"].get(n)) for n in names]
-        lines.append(f"| {point} | {meeting} | {best} | " + " | ".join(cells) + " |")
+        lines.append(f"| {point} | {meeting} | {best_text(row)} | " + " | ".join(cells) + " |")
     if max_concurrency:
-        lines += ["", "Highest concurrency meeting every SLO (--kimi-find-max-concurrency):", ""]
+        cells = [search_cell(max_concurrency.get(n)) for n in names]
+        lines.append("| highest concurrency meeting every SLO | | | " + " | ".join(cells) + " |")
+        lines += ["", "The search (--kimi-find-max-concurrency):", ""]
         lines += [f"- **{name}**: {describe_search(found)}" for name, found in
                   max_concurrency.items()]  # fmt: skip
     return [*lines, ""]
 
 
+def best_text(row: Mapping[str, Any]) -> str:
+    """The verdict's best layout, or why there is none."""
+    if row["best"]:
+        return f"**{row['best']}**"
+    if row["meeting"]:
+        return "n/a: GPU count unknown (see the manifests)"
+    return "none meets every SLO"
+
+
+def search_cell(found: Mapping[str, Any] | None) -> str:
+    """The search's answer in one cell: ``5``, ``none``, ``no answer``, ``not searched``."""
+    if found is None:
+        return "not searched"
+    if found.get("incomplete"):
+        return "no answer (search stopped)"
+    best = found.get("max_concurrency")
+    if best is None:
+        return "none"
+    return f"{best} (top of range)" if found.get("capped") else str(best)
+
+
 def describe_search(found: Mapping[str, Any]) -> str:
-    """``16 (32 fails: ttft_p95; tried 1, 2, 4, 8, 16, 32, 24, 20, 18, 17)``."""
+    """``16 (32 fails: ttft_p95); tried 1, 2, 4, 8, 16, 32, 24, 20, 18, 17``."""
+    tried = ", ".join(str(t) for t in found.get("tried") or [])
+    settings = found.get("settings") or {}
+    at = f" (at {', '.join(f'{k} {v}' for k, v in settings.items())})" if settings else ""
+    if found.get("incomplete"):
+        return f"no answer: {found['incomplete']}; tried {tried}{at}"
+    return _answer(found) + (f"; tried {tried}" if tried else "") + at
+
+
+def _answer(found: Mapping[str, Any]) -> str:
     best = found.get("max_concurrency")
     text = str(best) if best is not None else "none: even the lowest fails"
     if found.get("first_failing") is not None:
         text += f" ({found['first_failing']} fails: {', '.join(found.get('failed_slos') or [])})"
     elif found.get("capped"):
         text += " (every tried level met the SLOs: the search's upper limit)"
-    tried = found.get("tried") or []
-    if tried:
-        text += "; tried " + ", ".join(str(t) for t in tried)
     return text
 
 

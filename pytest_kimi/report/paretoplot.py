@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def pareto_figure(pareto: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """Two panels sharing the throughput axis; each point labelled with its id (``c8``)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PARETO_AXES), figsize=(11, 3.8), sharey=True)

@@ -360,6 +360,27 @@ def test_baseline_gate_passes_against_itself_and_fails_on_a_forced_regression(
     assert unlike.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_sweep_is_gated_per_point_and_only_against_the_same_workload(
+    project: pytest.Pytester,
+):
+    common = ["--cluster=cluster.yaml", "--layout=deep", "--kimi-concurrency", "1,2",
+              "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
+    saved = project.runpytest_subprocess(*common, "--kimi-save-baseline=base.json")
+    saved.assert_outcomes(passed=10)
+    kept = json.loads((project.path / "base.json").read_text())["layouts"]
+    assert sorted(kept) == ["deep-c1", "deep-c2"]
+    assert kept["deep-c2"]["workload"]["concurrency"] == 2
+    assert kept["deep-c2"]["workload"]["output_len"] == 8
+    # the same points with longer outputs: another experiment, not a regression to judge
+    longer = project.runpytest_subprocess(*common, "--kimi-output-len", "16",
+                                          "--kimi-baseline=base.json")  # fmt: skip
+    longer.stdout.fnmatch_lines([
+        "*test_no_regression?deep-c2-tpot_mean? FAILED*",
+        "*the baseline's deep-c1 ran another workload (output_len 8 -> 16)*",
+    ])  # fmt: skip
+    assert longer.ret == pytest.ExitCode.TESTS_FAILED
+
+
 def test_unreadable_baseline_is_a_usage_error(project: pytest.Pytester):
     result = project.runpytest_subprocess("--cluster=cluster.yaml", "--kimi-baseline=nope.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -60,6 +60,9 @@ def test_max_concurrency(kimi_max_concurrency, kimi_layout, record_property):
     searched range; the highest such level is in the report's verdict table."""
     search = kimi_max_concurrency
     record_property("max_concurrency", search.max_concurrency)
+    if search.incomplete:
+        pytest.fail(f"{kimi_layout.name}: the search has no answer: {search.incomplete}",
+                    pytrace=False)  # fmt: skip
     if search.max_concurrency is None:
         pytest.fail(
             f"{kimi_layout.name}: no concurrency in {search.low}..{search.high} meets every SLO; "

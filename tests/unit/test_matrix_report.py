@@ -9,7 +9,9 @@ from html.parser import HTMLParser
 import pytest
 
 from pytest_kimi import reporting
+from pytest_kimi.config import Layout
 from pytest_kimi.metrics import summarize
+from pytest_kimi.points import Point
 from pytest_kimi.report.comparison import render_markdown
 from pytest_kimi.report.html import render_html
 from pytest_kimi.report.matrix import meets_every_slo
@@ -169,3 +171,47 @@ def test_a_search_outcome_joins_the_verdict(model: dict) -> None:
     expected = "**tp32**: 5 (6 fails: tpot_p95); tried 1, 2, 4, 8, 6, 5"
     assert expected in render_markdown(model)
     assert "5 (6 fails: tpot_p95)" in render_html(model, {})
+
+
+def test_failed_requests_mean_the_slos_are_not_met(model: dict) -> None:
+    entry = model["points"][0]["layouts"][0]
+    assert meets_every_slo(entry)
+    assert not meets_every_slo({**entry, "summary": {**entry["summary"], "failed": 1}})
+
+
+def test_a_curve_runs_over_concurrency_only() -> None:
+    results = [result("tp32", f"c{c}-out{n}", c, 0.05) for n in (512, 1024) for c in (4, 8)]
+    for r in results:
+        r.point_settings["output_len"] = int(r.point.rpartition("out")[2])
+    model = reporting.comparison(results, run_id="r", backend="sglang", time_scale=1.0,
+                                 setup=experiment_setup(MANIFESTS))  # fmt: skip
+    assert model is not None
+    assert {name: [p["concurrency"] for p in curve] for name, curve in model["pareto"].items()} == {
+        "tp32 (output_len 512)": [4, 8],
+        "tp32 (output_len 1024)": [4, 8],
+    }
+
+
+POINTS = tuple(Point((("concurrency", c),), ("concurrency",)) for c in (4, 8))
+
+
+def test_a_deployment_that_never_came_up_leaves_each_point_its_error() -> None:
+    deployment = LayoutResult("tp32", "TP32", error="BringUpError: node603 unreachable")
+    stored = {("tp32", ""): deployment}
+    covered = reporting.covered([Layout("tp32", 32, 1, 4)], POINTS, stored, "", None)
+    assert [(r.case, r.error) for r in covered] == [
+        ("tp32-c4", "BringUpError: node603 unreachable"),
+        ("tp32-c8", "BringUpError: node603 unreachable"),
+    ]
+
+
+def test_the_deployments_notes_are_said_once_and_an_early_stop_is_named() -> None:
+    deployment = LayoutResult("tp32", "TP32", notes=["processes left running: x"])
+    c8 = result("tp32", "c8", 8, 0.05)  # c4 deselected (-k c8): the notes go with c8
+    covered = reporting.covered(
+        [Layout("tp32", 32, 1, 4), Layout("pp8", 4, 8, 4)], POINTS,
+        {("tp32", ""): deployment, ("tp32", "c8"): c8}, "interrupted (Ctrl-C or SIGTERM)", None,
+    )  # fmt: skip
+    assert [r.case for r in covered] == ["tp32-c4", "tp32-c8", "pp8-c4", "pp8-c8"]
+    assert covered[1].notes[0] == "processes left running: x"
+    assert covered[0].error == covered[3].error == "not run: interrupted (Ctrl-C or SIGTERM)"

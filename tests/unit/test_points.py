@@ -77,5 +77,16 @@ def test_id_parts(name: str, value: object, text: str) -> None:
 
 
 def test_a_value_given_twice_is_refused() -> None:
-    with pytest.raises(PointError, match=r"--kimi-concurrency: a value is given twice"):
-        points({"concurrency": [8, 8]})
+    with pytest.raises(PointError, match=r"--kimi-concurrency \(or workload.concurrency\): "
+                       "a value is given twice"):
+        points({"concurrency": [8, 8]})  # fmt: skip
+
+
+@pytest.mark.parametrize("category", ["a/b", "high entropy", "x-y"])
+def test_a_value_that_cannot_name_a_folder_is_refused(category: str) -> None:
+    with pytest.raises(PointError, match="cannot name a point's folder"):
+        points({"category": [category, "mixed"]})
+
+
+def test_close_rates_get_their_own_ids() -> None:
+    assert part("request_rate", 2.5) != part("request_rate", 2.5000001)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kimi.search import Search, find_max_concurrency
+from pytest_kimi.search import NotMeasured, Search, find_max_concurrency
 
 
 def judge_up_to(limit: int, tried: list[int] | None = None):
@@ -57,3 +57,15 @@ def test_the_outcome_round_trips_through_json_data() -> None:
 def test_a_range_that_is_not_one_is_refused(low: int, high: int) -> None:
     with pytest.raises(ValueError, match="1 <= low <= high"):
         find_max_concurrency(low, high, judge_up_to(1))
+
+
+def test_a_level_that_cannot_be_measured_ends_the_search_without_an_answer() -> None:
+    def judge(level: int) -> list[str]:
+        if level == 4:
+            raise NotMeasured("the deployment was lost")
+        return []
+
+    search = find_max_concurrency(1, 16, judge)
+    assert search.tried == [1, 2, 4]
+    assert search.max_concurrency is None and search.first_failing is None
+    assert search.incomplete == "stopped at concurrency 4: the deployment was lost"
