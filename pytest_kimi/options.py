@@ -3,6 +3,7 @@ Options`. Standard library and pytest only: this runs in every pytest session.""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +43,8 @@ class Options:
     output_len: str | None = None
     api: str | None = None
     find_max_concurrency: bool = False  # --kimi-find-max-concurrency
+    history: Path | None = None  # --kimi-history: over the cluster file's history:
+    commit: str | None = None  # --kimi-commit: the code under test's commit, for the history
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""
@@ -198,6 +201,22 @@ def add_options(parser: pytest.Parser) -> None:
         "(default: server.args tokenizer-path, else server.model_path)",
     )
     group.addoption(
+        "--kimi-history",
+        dest="kimi_history",
+        default=None,
+        metavar="PATH",
+        help="append this run to a history file (SQLite; created on first use; default: the "
+        "cluster file's history:); read it with python -m pytest_kimi.history PATH",
+    )
+    group.addoption(
+        "--kimi-commit",
+        dest="kimi_commit",
+        default=None,
+        metavar="SHA",
+        help="the commit of the code under test, kept with the run in the history "
+        "(default: $KIMI_COMMIT)",
+    )
+    group.addoption(
         "--kimi-find-max-concurrency",
         dest="kimi_find_max_concurrency",
         action="store_true",
@@ -266,6 +285,8 @@ def resolve(config: pytest.Config) -> Options:
         parallel=_parallel(config),
         **{dest.removeprefix("kimi_"): config.getoption(dest) for _, dest, _, _ in SWEEP_OPTIONS},
         find_max_concurrency=bool(config.getoption("kimi_find_max_concurrency", False)),
+        history=Path(history) if (history := config.getoption("kimi_history")) else None,
+        commit=config.getoption("kimi_commit") or os.environ.get("KIMI_COMMIT") or None,
     )
 
 

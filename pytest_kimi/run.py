@@ -258,6 +258,26 @@ class Run:
             self.say(f"[kimi] {refused}")
         if path is not None:
             self.say(f"[kimi] baseline saved to {path}")
+        self._add_to_history(results, model)
+
+    def _add_to_history(self, results: list[LayoutResult], model: dict[str, Any]) -> None:
+        """``--kimi-history`` (or the cluster file's ``history:``): append this run, complete
+        or not (a gate reads only complete ones); a file that cannot take it is said, once."""
+        from pytest_kimi.history import HistoryError, record_run
+        from pytest_kimi.history.entries import result_records, run_record
+
+        path = self.inputs.options.history or self.inputs.cluster.history
+        if path is None:
+            return
+        tools = (model.get("setup") or {}).get("tools") or {}
+        run = run_record(self.inputs, self.folder.name, model["incomplete"], tools,
+                         self.inputs.options.commit)  # fmt: skip
+        try:
+            record_run(path, run, result_records(self.inputs, results))
+        except HistoryError as exc:
+            self.say(f"[kimi] history NOT written: {exc}")
+            return
+        self.say(f"[kimi] run {run.run_id} added to the history {path}")
 
     def terminal_lines(self) -> list[str]:
         model = self.model or self.comparison()

@@ -256,6 +256,7 @@ class ClusterConfig:
     startup_report_s: float = 60.0  # between bring-up reports (state, last log line)
     logs: LogsConfig = field(default_factory=LogsConfig)
     deployment_max_s: float = 43200.0  # SSH: the longest a node process may live (`timeout`)
+    history: Path | None = None  # history: resolved against the cluster file's folder
 
     @property
     def time_scale(self) -> float:

@@ -96,6 +96,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         mock=mock,
         startup_timeout_s=raw.startup_timeout_s,
         deployment_max_s=raw.deployment_max_s,
+        history=_beside(src.path, raw.history) if raw.history else None,
         source=src,
         work_dir=raw.work_dir,
         regression=dict(raw.regression),
@@ -273,3 +274,9 @@ def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
         clock_start=workload.clock_start,
         sweeps=sweeps,
     )
+
+
+def _beside(cluster_file: Path, given: str) -> Path:
+    """A path from the cluster file: ``~`` expanded, relative to the file's folder."""
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else cluster_file.parent / path

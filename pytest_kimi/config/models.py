@@ -445,6 +445,11 @@ class ClusterFile(_Model):
         default_factory=dict,
         description="Regression gate thresholds by metric, e.g. ttft_p95: 10% (or 0.1).",
     )
+    history: Text | None = Field(
+        None,
+        description="History file (SQLite) every run is appended to, relative to this file; "
+        "--kimi-history overrides it. Read it with python -m pytest_kimi.history.",
+    )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")
     startup_stall_s: Seconds = Field(
