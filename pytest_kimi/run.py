@@ -274,7 +274,7 @@ class Run:
                          self.inputs.options.commit)  # fmt: skip
         try:
             record_run(path, run, result_records(self.inputs, results))
-        except HistoryError as exc:
+        except (HistoryError, OSError, ValueError) as exc:  # the report is written already
             self.say(f"[kimi] history NOT written: {exc}")
             return
         self.say(f"[kimi] run {run.run_id} added to the history {path}")

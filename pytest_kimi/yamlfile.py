@@ -6,6 +6,7 @@ lines, so this module composes the node tree and keeps a map from field path to 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ class Located:
     path: Path
     data: Any
     lines: dict[str, int]
+    sha256: str = ""  # of the bytes read: what this run was configured by, edits later aside
 
     def error(self, field: str, problem: str) -> ConfigError:
         line = self.line_of(field)
@@ -42,9 +44,13 @@ class Located:
 def read_yaml(path: Path) -> Located:
     """Load ``path``; syntax errors become :class:`ConfigError` with the line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    digest = hashlib.sha256(raw).hexdigest()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -53,10 +59,10 @@ def read_yaml(path: Path) -> Located:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
     if node is None:
-        return Located(path, {}, {})
+        return Located(path, {}, {}, digest)
     lines: dict[str, int] = {}
     data = _build(node, "", lines, path)
-    return Located(path, data, lines)
+    return Located(path, data, lines, digest)
 
 
 def _build(node: yaml.Node, prefix: str, lines: dict[str, int], path: Path) -> Any:

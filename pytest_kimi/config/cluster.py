@@ -259,6 +259,11 @@ class ClusterConfig:
     history: Path | None = None  # history: resolved against the cluster file's folder
 
     @property
+    def sha256(self) -> str:
+        """The cluster file's SHA-256 as it was read (not as it may have been edited since)."""
+        return self.source.sha256
+
+    @property
     def time_scale(self) -> float:
         """Cluster seconds per wall second: 1 on a real cluster."""
         return self.mock.time_scale if self.mock else 1.0

@@ -1,10 +1,10 @@
 """Read a history file.
 
     python -m pytest_kimi.history PATH                      every run, oldest first
-    python -m pytest_kimi.history PATH show RUN_ID          one run's results
+    python -m pytest_kimi.history PATH show RUN             one run's results (RUN: its id or uid)
     python -m pytest_kimi.history PATH series CASE METRIC   one metric across runs
                                                             (CASE: tp32, or tp32-c8)
-Add --json for machine-readable output.
+Each takes --json for machine-readable output.
 """
 
 from __future__ import annotations
@@ -15,34 +15,37 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from pytest_kimi.history.store import History, HistoryError
+from pytest_kimi.history.store import History, HistoryError, RunRecord
 
 SHOWN = ("ttft_p95", "tpot_mean", "tpot_p95", "output_throughput", "success_rate")
 """The figures ``show`` prints per result (all of them are in --json)."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON")
     parser = argparse.ArgumentParser(
         prog="python -m pytest_kimi.history",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
     )
     parser.add_argument("path", type=Path, help="the history file")
-    parser.add_argument("--json", action="store_true", help="print JSON")
     sub = parser.add_subparsers(dest="command")
-    show = sub.add_parser("show", help="one run's results")
-    show.add_argument("run_id")
-    series = sub.add_parser("series", help="one metric of one layout (and point) across runs")
+    show = sub.add_parser("show", help="one run's results", parents=[common])
+    show.add_argument("run", help="the run's id, or its uid when two runs share an id")
+    series = sub.add_parser("series", help="one metric of one case across runs", parents=[common])
     series.add_argument("case", help="layout, or layout-point as in test ids: tp32-c8")
     series.add_argument("metric", help="catalogue name: ttft_p95, tpot_mean, output_throughput")
     series.add_argument("--cluster", help="the cluster's name (default: the newest run's)")
+    series.add_argument("--experiment", help="experiment key (default: the newest run's)")
     args = parser.parse_args(argv)
     history = History(args.path)
     try:
         if args.command == "show":
-            return _show(history, args.run_id, args.json)
+            return _show(history, args.run, args.json)
         if args.command == "series":
-            return _series(history, args.case, args.metric, args.cluster, args.json)
+            return _series(history, args)
         return _runs(history, args.json)
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -62,8 +65,8 @@ def _runs(history: History, as_json: bool) -> int:
     return 0
 
 
-def _show(history: History, run_id: str, as_json: bool) -> int:
-    results = history.results(run_id)
+def _show(history: History, run: str, as_json: bool) -> int:
+    results = history.results(run)
     if as_json:
         print(json.dumps([asdict(r) for r in results], indent=2))
         return 0
@@ -73,38 +76,61 @@ def _show(history: History, run_id: str, as_json: bool) -> int:
             print(f"{case}: not measured: {r.error.splitlines()[0]}")
             continue
         figures = "  ".join(f"{m} {_number(r.metrics.get(m))}" for m in SHOWN)
-        print(f"{case}: {figures}")
+        print(f"{case} (experiment {r.experiment}): {figures}")
     return 0
 
 
-def _series(history: History, case: str, metric: str, cluster: str | None, as_json: bool) -> int:
+def _series(history: History, args: argparse.Namespace) -> int:
+    from pytest_kimi.catalogue import UnknownMetric
+    from pytest_kimi.catalogue import metric as catalogue_metric
+
+    try:
+        catalogue_metric(args.metric)
+    except UnknownMetric as exc:
+        raise HistoryError(exc.args[0]) from None
     runs = history.runs()
     if not runs:
         raise HistoryError(f"{history.path}: no runs yet")
-    cluster = cluster or runs[-1].cluster
-    layout, _, point = _split_case(history, case)
-    entries = history.series(cluster, layout, point, metric)
-    if as_json:
-        print(json.dumps([{"run_id": e.run.run_id, "finished_at": e.run.finished_at,
-                           "git_commit": e.run.git_commit, "value": e.value}
-                          for e in entries], indent=2))  # fmt: skip
+    clusters = {run.cluster for run in runs}
+    cluster = args.cluster or runs[-1].cluster
+    if cluster not in clusters:
+        raise HistoryError(f"{history.path}: no runs on cluster {cluster!r} (it has: "
+                           f"{', '.join(sorted(clusters))})")  # fmt: skip
+    layout, point = _split_case(history, cluster, args.case)
+    experiment = args.experiment or _newest_experiment(history, runs, cluster, layout, point)
+    entries = history.series(experiment, layout, point, args.metric)
+    if args.json:
+        print(json.dumps([{"run_id": e.run.run_id, "uid": e.run.uid,
+                           "finished_at": e.run.finished_at, "git_commit": e.run.git_commit,
+                           "value": e.value} for e in entries], indent=2))  # fmt: skip
         return 0
+    print(f"{args.case} {args.metric} on {cluster}, experiment {experiment}:")
     for e in entries:
         print(f"{e.run.run_id}  {e.run.git_commit or '-':>12}  {_number(e.value)}")
     return 0
 
 
-def _split_case(history: History, case: str) -> tuple[str, str, str]:
-    """``tp32-c8`` -> (tp32, -, c8), knowing which layouts the history has (names may hold
-    dashes: ``tp32-cp4k-c8``)."""
-    layouts = {r.layout for run in history.runs() for r in history.results(run.run_id)}
-    if case in layouts:
-        return case, "", ""
-    for layout in sorted(layouts, key=len, reverse=True):
-        if case.startswith(layout + "-"):
-            return layout, "-", case[len(layout) + 1 :]
-    raise HistoryError(f"{history.path}: no layout in {case!r} (the history has: "
-                       f"{', '.join(sorted(layouts)) or 'none'})")  # fmt: skip
+def _split_case(history: History, cluster: str, case: str) -> tuple[str, str]:
+    """``tp32-c8`` -> (tp32, c8), knowing the cluster's (layout, point) pairs (layout names
+    may hold dashes: ``tp32-cp4k-c8``)."""
+    known = history.cases(cluster)
+    for layout, point in sorted(known, key=lambda pair: -len(pair[0])):
+        if case == (f"{layout}-{point}" if point else layout):
+            return layout, point
+    names = sorted(f"{layout}-{point}" if point else layout for layout, point in known)
+    raise HistoryError(f"{history.path}: no case {case!r} on {cluster} (it has: "
+                       f"{', '.join(names) or 'none'})")  # fmt: skip
+
+
+def _newest_experiment(
+    history: History, runs: list[RunRecord], cluster: str, layout: str, point: str
+) -> str:
+    """The experiment of the newest run on ``cluster`` that measured (layout, point)."""
+    for run in reversed([r for r in runs if r.cluster == cluster]):
+        for result in history.results(run.uid):
+            if (result.layout, result.point) == (layout, point):
+                return result.experiment
+    raise HistoryError(f"{history.path}: no run measured {layout} {point}".rstrip())
 
 
 def _number(value: float | None) -> str:

@@ -1,13 +1,17 @@
 """A finished run as history rows: what identifies it, and each (layout, point) it measured.
 
 The figures are the ones the report and the baseline use (catalogue names, cluster time), the
-samples the per-request latencies a bootstrap interval needs, and the workload each point ran,
-so a later gate never compares two different experiments as one series.
+samples the per-request latencies a bootstrap interval needs. Each result also carries its
+experiment: the workload settings, prompts and timing conventions that make two runs
+comparable. A series is read per experiment, so tonight's concurrency-8 run is never judged
+against last week's concurrency-32 one; what the cluster file, the versions or the code
+changed is kept per run, to explain a change, not to split the series.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -16,6 +20,7 @@ from pytest_kimi.history.store import ResultRecord, RunRecord
 
 if TYPE_CHECKING:
     from pytest_kimi.inputs import Inputs
+    from pytest_kimi.points import Point
     from pytest_kimi.result import LayoutResult
 
 
@@ -28,36 +33,74 @@ def run_record(
     now: datetime | None = None,
 ) -> RunRecord:
     """The run's identity: its id and time, the code under test's commit (when given), the
-    versions the nodes reported (``tools`` of the report's set-up) and the cluster file's
-    SHA-256 (a changed file is a changed experiment)."""
+    versions the nodes reported (``tools`` of the report's set-up: the servers' SGLang, the
+    router on its node) and the cluster file's SHA-256 as it was read."""
     when = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds")
     return RunRecord(
         run_id=run_id,
         finished_at=when,
         cluster=inputs.cluster.name,
-        cluster_sha256=hashlib.sha256(inputs.cluster.path.read_bytes()).hexdigest(),
+        cluster_sha256=inputs.cluster.sha256,
         backend=inputs.backend,
         time_scale=inputs.time_scale,
         git_commit=commit,
         sglang=tools.get("sglang (servers)"),
-        router=tools.get("sglang-router (router node)") or tools.get("sglang-router"),
+        router=tools.get("sglang-router (router node)"),
         pytest_kimi=tools.get("pytest-kimi"),
         complete=not incomplete,
         incomplete=tuple(incomplete),
     )
 
 
+def experiment(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
+    """What makes two results of a layout comparable: the workload point's settings, the
+    prompts (their SHA-256), how they were built and timed, the seed and warm-up, the
+    goodput limits and the backend."""
+    from pytest_kimi.inputs import speedbench_config
+    from pytest_kimi.judge import workload_settings
+
+    point = _point(inputs, result.point)
+    wl = inputs.workload_of(point)
+    prompts = inputs.prompts_of(point).prompts_sha256 if inputs.workload is not None else None
+    return {
+        **workload_settings(inputs, result),
+        "prompts_sha256": prompts,
+        "speedbench_config": speedbench_config(inputs.options, inputs.cluster, point),
+        "prompt": inputs.options.prompt or wl.prompt,
+        "clock_start": wl.clock_start,
+        "seed": wl.seed,
+        "warmup_requests": wl.warmup_requests,
+        "goodput": dict(wl.goodput),
+        "backend": inputs.backend,
+    }
+
+
+def experiment_key(settings: Mapping[str, Any]) -> str:
+    """A short digest of :func:`experiment`'s settings: equal settings, equal key."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def result_records(inputs: Inputs, results: Sequence[LayoutResult]) -> list[ResultRecord]:
     """Each (layout, point): figures and samples when measured, else why not."""
-    from pytest_kimi.judge import baseline_entry, workload_settings
+    from pytest_kimi.judge import baseline_entry
 
-    out = []
+    out: list[ResultRecord] = []
     for result in results:
+        settings = experiment(inputs, result)
+        key = experiment_key(settings)
         if result.summary is None:
-            out.append(ResultRecord(result.name, result.point, workload_settings(inputs, result),
-                                    {}, {}, result.error or "not measured"))  # fmt: skip
+            out.append(ResultRecord(result.name, result.point, key, settings, {}, {},
+                                    result.error or "not measured"))  # fmt: skip
             continue
         entry: dict[str, Any] = baseline_entry(inputs, result)
-        out.append(ResultRecord(result.name, result.point, entry["workload"], entry["metrics"],
+        out.append(ResultRecord(result.name, result.point, key, settings, entry["metrics"],
                                 entry["samples"], result.error))  # fmt: skip
     return out
+
+
+def _point(inputs: Inputs, point_id: str) -> Point:
+    for point in inputs.points:
+        if point.id == point_id:
+            return point
+    return inputs.points[0]

@@ -1,12 +1,15 @@
-"""The history store: one SQLite file, safe under concurrent writers.
+"""The history store: one SQLite file, safe under concurrent writers on one machine.
 
 Why SQLite: one file to keep next to a CI job's baseline, no server, and transactions, so two
-runs finishing at once (two nightly jobs, ``-n`` sessions on two clusters) each append whole
-or not at all. Each run is a row of ``runs`` (what identifies it: when, the commit of the code
-under test when given, the SGLang and router versions the nodes reported, the cluster file's
-SHA-256), and each (layout, workload point) it measured a row of ``results`` with the
-workload it ran, its summary figures and every request's latencies (the samples a bootstrap
-interval needs; 40 requests x 4 latencies is a few kB).
+runs finishing at once (two nightly jobs, sessions on two clusters) each append whole or not
+at all. Each run is a row of ``runs`` (what identifies it: when, the commit of the code under
+test when given, the SGLang and router versions the nodes reported, the cluster file's
+SHA-256), and each (layout, workload point) it measured a row of ``results``: the workload it
+ran and its experiment key (a digest of everything that makes two runs comparable, so a series
+never mixes experiments), its figures, and every request's latencies (the samples a bootstrap
+needs; 40 requests x 4 latencies is a few kB).
+
+SQLite's write-ahead log needs shared memory: keep the file on a local disk, not on NFS.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +29,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL UNIQUE,
+    uid TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
     finished_at TEXT NOT NULL,
     cluster TEXT NOT NULL,
     cluster_sha256 TEXT NOT NULL,
@@ -42,13 +47,14 @@ CREATE TABLE IF NOT EXISTS results (
     run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     layout TEXT NOT NULL,
     point TEXT NOT NULL,
+    experiment TEXT NOT NULL,
     workload TEXT NOT NULL,
     metrics TEXT NOT NULL,
     samples TEXT NOT NULL,
     error TEXT NOT NULL,
     PRIMARY KEY (run, layout, point)
 );
-CREATE INDEX IF NOT EXISTS results_series ON results (layout, point);
+CREATE INDEX IF NOT EXISTS results_series ON results (experiment, layout, point, run);
 """
 BUSY_TIMEOUT_S = 60.0  # another writer holds the file: wait this long before giving up
 
@@ -59,7 +65,8 @@ class HistoryError(ValueError):
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What identifies one run in the history."""
+    """What identifies one run in the history (``uid`` tells apart two runs that got the
+    same run id: the id is unique per report folder, not per history)."""
 
     run_id: str
     finished_at: str  # ISO 8601, UTC
@@ -73,15 +80,18 @@ class RunRecord:
     pytest_kimi: str | None = None
     complete: bool = True
     incomplete: tuple[str, ...] = ()
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(frozen=True)
 class ResultRecord:
-    """One (layout, workload point) of a run: the workload it ran, its figures (catalogue
-    names, None where not measured), its requests' latencies in ms, and why it failed."""
+    """One (layout, workload point) of a run: its experiment key, the workload it ran, its
+    figures (catalogue names, None where not measured), its requests' latencies in ms, and
+    why it was not measured."""
 
     layout: str
     point: str
+    experiment: str
     workload: Mapping[str, Any]
     metrics: Mapping[str, float | None]
     samples: Mapping[str, Sequence[float]] = field(default_factory=dict)
@@ -90,7 +100,7 @@ class ResultRecord:
 
 @dataclass(frozen=True)
 class SeriesEntry:
-    """One run's value of one metric for one (layout, point), oldest first in a series."""
+    """One run's value of one metric for one (layout, point), in a series oldest first."""
 
     run: RunRecord
     value: float | None
@@ -107,102 +117,134 @@ class History:
 
     @contextmanager
     def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection for one call. Writing: WAL (readers never block the writer), then
+        ``BEGIN IMMEDIATE``, which takes the write lock before the first read, so two
+        writers queue (up to :data:`BUSY_TIMEOUT_S`) instead of interleaving."""
         if not write and not self.path.exists():
             raise HistoryError(f"{self.path}: no history file here")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)) as db:
+                db.row_factory = sqlite3.Row
                 db.execute("PRAGMA foreign_keys = ON")
                 if write:
-                    db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
-                    db.execute("BEGIN IMMEDIATE")  # one writer at a time, whole or nothing
+                    db.execute("PRAGMA journal_mode = WAL")  # outside any transaction
+                    db.execute("BEGIN IMMEDIATE")
                     _ensure_schema(db, self.path)
                 else:
                     _check_version(db, self.path)
                 yield db
                 if write:
-                    db.commit()
+                    db.commit()  # leaving without it (an exception) rolls everything back
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):
+                raise HistoryError(f"{self.path}: another writer held it for over "
+                                   f"{BUSY_TIMEOUT_S:g} s") from None  # fmt: skip
+            raise HistoryError(f"{self.path}: not a usable history file ({exc})") from None
         except sqlite3.DatabaseError as exc:
             raise HistoryError(f"{self.path}: not a usable history file ({exc})") from None
+        except OSError as exc:
+            raise HistoryError(f"{self.path}: cannot be written ({exc})") from None
 
     def append(self, run: RunRecord, results: Sequence[ResultRecord]) -> None:
-        """Add one run and its results in one transaction (a run id is kept once)."""
+        """Add one run and its results in one transaction: all of it, or nothing."""
+        rows = [(r.layout, r.point, r.experiment, _dump(r.workload), _dump(r.metrics),
+                 _dump(r.samples), r.error) for r in results]  # fmt: skip
         with self._connect(write=True) as db:
-            known = db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
-            if known:
-                raise HistoryError(f"{self.path}: run {run.run_id} is already in the history")
             cursor = db.execute(
-                "INSERT INTO runs (run_id, finished_at, cluster, cluster_sha256, backend,"
+                "INSERT INTO runs (uid, run_id, finished_at, cluster, cluster_sha256, backend,"
                 " time_scale, git_commit, sglang, router, pytest_kimi, complete, incomplete)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run.run_id, run.finished_at, run.cluster, run.cluster_sha256, run.backend,
-                 run.time_scale, run.git_commit, run.sglang, run.router, run.pytest_kimi,
-                 int(run.complete), json.dumps(list(run.incomplete))),
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run.uid, run.run_id, run.finished_at, run.cluster, run.cluster_sha256,
+                 run.backend, run.time_scale, run.git_commit, run.sglang, run.router,
+                 run.pytest_kimi, int(run.complete), json.dumps(list(run.incomplete))),
             )  # fmt: skip
             db.executemany(
-                "INSERT INTO results (run, layout, point, workload, metrics, samples, error)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(cursor.lastrowid, r.layout, r.point, _dump(r.workload), _dump(r.metrics),
-                  _dump(r.samples), r.error) for r in results],
-            )  # fmt: skip
+                "INSERT INTO results (run, layout, point, experiment, workload, metrics,"
+                " samples, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(cursor.lastrowid, *row) for row in rows],
+            )
 
     def runs(self) -> list[RunRecord]:
-        """Every run, oldest first."""
+        """Every run, in the order they were added."""
         with self._connect() as db:
-            rows = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id").fetchall()
-        return [_run(row) for row in rows]
+            return [_run(row) for row in db.execute("SELECT * FROM runs ORDER BY id")]
 
-    def results(self, run_id: str) -> list[ResultRecord]:
-        """The results of one run, in the order they were stored."""
+    def results(self, run: str) -> list[ResultRecord]:
+        """The results of one run (its run id, or its uid when two runs share an id)."""
         with self._connect() as db:
-            found = db.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if found is None:
-                raise HistoryError(f"{self.path}: no run {run_id!r} in the history")
-            rows = db.execute(
-                "SELECT layout, point, workload, metrics, samples, error FROM results"
-                " WHERE run = ? ORDER BY rowid",
-                (found[0],),
+            found = db.execute(
+                "SELECT id, uid FROM runs WHERE run_id = ? OR uid = ?", (run, run)
             ).fetchall()
-        return [ResultRecord(r[0], r[1], json.loads(r[2]), json.loads(r[3]), json.loads(r[4]),
-                             r[5]) for r in rows]  # fmt: skip
+            if not found:
+                raise HistoryError(f"{self.path}: no run {run!r} in the history")
+            if len(found) > 1:
+                uids = ", ".join(row["uid"] for row in found)
+                raise HistoryError(f"{self.path}: {len(found)} runs have the id {run!r}; give "
+                                   f"one of their uids: {uids}")  # fmt: skip
+            rows = db.execute(
+                "SELECT * FROM results WHERE run = ? ORDER BY rowid", (found[0]["id"],)
+            ).fetchall()
+        return [_result(row) for row in rows]
 
-    def series(self, cluster: str, layout: str, point: str, metric: str) -> list[SeriesEntry]:
-        """One metric of one (cluster, layout, point) across the complete runs, oldest first;
-        ``samples`` are the per-request latencies behind it (empty for throughputs)."""
+    def cases(self, cluster: str) -> set[tuple[str, str]]:
+        """Every (layout, point) the cluster's runs measured."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT DISTINCT layout, point FROM results JOIN runs ON runs.id = results.run"
+                " WHERE runs.cluster = ?",
+                (cluster,),
+            ).fetchall()
+        return {(row["layout"], row["point"]) for row in rows}
+
+    def series(
+        self, experiment: str, layout: str, point: str, metric: str
+    ) -> list[SeriesEntry]:
+        """One metric of one (layout, point) across the runs of one experiment (its key, from
+        :func:`pytest_kimi.history.entries.experiment_key`), oldest first: every run that
+        measured it, complete or not (a run stopped at another layout still measured this one
+        in full). ``samples`` are the per-request latencies behind it (empty for
+        throughputs)."""
         prefix = metric.partition("_")[0]
         with self._connect() as db:
             rows = db.execute(
-                f"SELECT {_RUN_COLUMNS}, results.metrics, results.samples, results.workload"
+                "SELECT runs.*, results.metrics, results.samples, results.workload"
                 " FROM results JOIN runs ON runs.id = results.run"
-                " WHERE runs.cluster = ? AND results.layout = ? AND results.point = ?"
-                " AND runs.complete = 1 AND results.error = '' ORDER BY runs.id",
-                (cluster, layout, point),
+                " WHERE results.experiment = ? AND results.layout = ? AND results.point = ?"
+                " AND results.error = '' ORDER BY runs.id",
+                (experiment, layout, point),
             ).fetchall()
-        out = []
-        for row in rows:
-            run, metrics, samples, workload = _run(row[:13]), *map(json.loads, row[13:])
-            out.append(SeriesEntry(run, metrics.get(metric), samples.get(prefix, []), workload))
-        return out
+        return [
+            SeriesEntry(_run(row), json.loads(row["metrics"]).get(metric),
+                        json.loads(row["samples"]).get(prefix, []), json.loads(row["workload"]))
+            for row in rows
+        ]  # fmt: skip
 
 
-_RUN_COLUMNS = (
-    "run_id, finished_at, cluster, cluster_sha256, backend, time_scale, git_commit, sglang,"
-    " router, pytest_kimi, complete, incomplete, id"
-)
+def _run(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"], finished_at=row["finished_at"], cluster=row["cluster"],
+        cluster_sha256=row["cluster_sha256"], backend=row["backend"],
+        time_scale=row["time_scale"], git_commit=row["git_commit"], sglang=row["sglang"],
+        router=row["router"], pytest_kimi=row["pytest_kimi"], complete=bool(row["complete"]),
+        incomplete=tuple(json.loads(row["incomplete"])), uid=row["uid"],
+    )  # fmt: skip
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                     row[9], bool(row[10]), tuple(json.loads(row[11])))  # fmt: skip
+def _result(row: sqlite3.Row) -> ResultRecord:
+    return ResultRecord(row["layout"], row["point"], row["experiment"],
+                        json.loads(row["workload"]), json.loads(row["metrics"]),
+                        json.loads(row["samples"]), row["error"])  # fmt: skip
 
 
 def _dump(data: Any) -> str:
-    """JSON without NaN (a metric not measured is null)."""
+    """JSON with every non-finite number as null (a figure that could not be computed)."""
+
     def clean(value: Any) -> Any:
-        if isinstance(value, float) and math.isnan(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return None
         if isinstance(value, Mapping):
-            return {k: clean(v) for k, v in value.items()}
+            return {str(k): clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [clean(v) for v in value]
         return value
@@ -231,8 +273,8 @@ def _check_version(db: sqlite3.Connection, path: Path) -> None:
 
 
 def _same_version(found: str, path: Path) -> None:
-    if int(found) != SCHEMA_VERSION:
-        raise HistoryError(f"{path}: history schema {found}, this pytest-kimi reads "
+    if found != str(SCHEMA_VERSION):
+        raise HistoryError(f"{path}: history schema {found!r}, this pytest-kimi reads "
                            f"{SCHEMA_VERSION}")  # fmt: skip
 
 

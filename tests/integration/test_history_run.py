@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -43,12 +44,22 @@ def test_two_runs_land_in_one_history(pytester: pytest.Pytester, monkeypatch) ->
     assert [r.cluster_sha256 for r in runs] == [
         first_sha, hashlib.sha256(second_file.read_bytes()).hexdigest()
     ]  # fmt: skip
-    assert all(r.complete and r.sglang == "0.5.9-kimi-mock" and r.router for r in runs)
+    router = metadata.version("sglang-router")  # what the router's node (this machine) runs
+    assert all(r.complete and r.sglang == "0.5.9-kimi-mock" and r.router == router for r in runs)
     for run, folder in zip(runs, folders, strict=True):
         summary = json.loads((folder / "deep" / "summary.json").read_text())
         [stored] = history.results(run.run_id)
         assert (stored.layout, stored.point) == ("deep", "")
         assert stored.metrics["ttft_p95"] == pytest.approx(summary["p95_ttft_ms"], abs=1e-9)
         assert stored.workload["concurrency"] == 2 and len(stored.samples["ttft"]) == 6
-    series = history.series("small", "deep", "", "ttft_p95")
+    # the same workload, prompts and timing: one experiment, so one series of two runs
+    [key] = {history.results(run.uid)[0].experiment for run in runs}
+    series = history.series(key, "deep", "", "ttft_p95")
     assert [e.run.git_commit for e in series] == ["abc123", "def456"]
+
+    # a history that cannot be written is said; the run and its report are not lost
+    (pytester.path / "not-a-file").mkdir()
+    third = pytester.runpytest_subprocess(*common, "--kimi-history=not-a-file")
+    third.assert_outcomes(passed=5)
+    third.stdout.fnmatch_lines(["*history NOT written: *not-a-file*"])
+    assert len(list((pytester.path / "out").iterdir())) == 3
