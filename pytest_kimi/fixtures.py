@@ -147,13 +147,15 @@ def kimi_max_concurrency(kimi_session: Run, kimi_layout: Layout, kimi_endpoint: 
 def kimi_regression(
     kimi_session: Run, kimi_layout: Layout, kimi_point: Point, kimi_result: LayoutResult
 ) -> Callable[[str], Judgement]:
-    """Judge one metric of this layout against ``--kimi-baseline``: ``kimi_regression(name)``."""
+    """Judge one metric of this layout against ``--kimi-baseline``, or with ``--kimi-gate
+    history`` against its series in the history: ``kimi_regression(name)``."""
     from pytest_kimi.baseline import BaselineError
+    from pytest_kimi.history.store import HistoryError
 
     def judge(metric: str) -> Any:
         try:
             return kimi_session.judge(kimi_layout, metric, kimi_point)
-        except BaselineError as exc:
+        except (BaselineError, HistoryError) as exc:
             pytest.fail(str(exc), pytrace=False)
 
     return judge

@@ -38,6 +38,7 @@ class Inputs:
     baseline: dict[str, Any] | None = None
     points: tuple[Point, ...] = (Point(),)  # workload points, in the order they are served
     prompts: dict[str, Workload] = field(default_factory=dict)  # point id -> its prompts
+    configs: dict[str, str] = field(default_factory=dict)  # point id -> SPEED-Bench config
 
     def workload_of(self, point: Point) -> WorkloadConfig:
         """The cluster file's workload at ``point``."""
@@ -47,6 +48,15 @@ class Inputs:
         """The prompts measured at ``point`` (a dry run has none)."""
         assert self.workload is not None, "a dry run reads no dataset"
         return self.prompts.get(point.id, self.workload)
+
+    def config_of(self, point: Point) -> str:
+        """The SPEED-Bench config ``point`` reads (:func:`speedbench_config`)."""
+        return self.configs[point.id]
+
+    def prompt_style(self, point: Point) -> str:
+        """How ``point``'s prompts are built (``raw``, ``chat_template``): the command line
+        over the cluster file."""
+        return self.options.prompt or self.workload_of(point).prompt
 
     def concurrency_range(self) -> tuple[int, int]:
         """What ``--kimi-find-max-concurrency`` searches: the concurrency list's range, or from
@@ -78,6 +88,16 @@ class Inputs:
         needed = slo_mod.percentiles_needed(self.slos[layout].values())
         return sorted({*self.cluster.workload.percentiles, *needed})
 
+    @property
+    def gate(self) -> str | None:
+        """The regression gate: ``history``, ``baseline`` or None (no test_no_regression)."""
+        return self.options.gate or ("baseline" if self.baseline is not None else None)
+
+    @property
+    def history_path(self) -> Path | None:
+        """``--kimi-history`` over the cluster file's ``history:``."""
+        return self.options.history or self.cluster.history
+
     def baseline_metrics(self) -> list[str]:
         """What a baseline keeps of each layout: the standard set and every gated metric."""
         return sorted({*catalogue.BASELINE_METRICS, *self.thresholds})
@@ -94,12 +114,14 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
 
     try:
         cluster = load_cluster(options.cluster_path)
+        check_gate(options, cluster)
         names = options.layouts or tuple(cluster.layouts)
         layouts = tuple(cluster.layout(name) for name in names)
         slos = layout_slos(cluster, layouts, options.slo_overrides)
         run_points = workload_points(options, cluster)
+        configs = {p.id: speedbench_config(options, cluster, p) for p in run_points}
         check_points(options, cluster, run_points)
-        prompts = {} if dry_run else load_prompts(options, cluster, run_points)
+        prompts = {} if dry_run else load_prompts(options, cluster, run_points, configs)
         workload = prompts[run_points[0].id] if prompts else None
         thresholds = {
             **catalogue.DEFAULT_THRESHOLDS,
@@ -118,8 +140,9 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
     if options.endpoint and not dry_run:
         check_endpoint(options.endpoint)
     return Inputs(
-        options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts
-    )
+        options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts,
+        configs,
+    )  # fmt: skip
 
 
 def workload_points(options: Options, cluster: ClusterConfig) -> tuple[Point, ...]:
@@ -162,9 +185,10 @@ def speedbench_config(options: Options, cluster: ClusterConfig, point: Point) ->
 
 
 def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...]) -> None:
-    """What can be known of the points before any data is read (a dry run too): each length
-    has a SPEED-Bench config, and another length than the file's is not asked of one file (a
-    dataset that is not on this machine is checked where it is read)."""
+    """What can be known of the points before any data is read (a dry run too): another
+    length than the file's is not asked of one file (a dataset that is not on this machine is
+    checked where it is read). That each length has a SPEED-Bench config is checked as the
+    configs are chosen (:func:`speedbench_config`)."""
     from pytest_kimi.workload.dataset import DatasetError
 
     try:
@@ -173,7 +197,6 @@ def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Poi
         path = None
     own = cluster.workload.input_len
     for point in run_points:
-        speedbench_config(options, cluster, point)
         length = point.value("input_len")
         if length not in (None, own) and path is not None and path.is_file():
             raise PointError(
@@ -184,9 +207,13 @@ def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Poi
 
 
 def load_prompts(
-    options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...]
+    options: Options,
+    cluster: ClusterConfig,
+    run_points: tuple[Point, ...],
+    configs: dict[str, str],
 ) -> dict[str, Workload]:
-    """Each point's prompts (point id -> workload), each distinct selection read once."""
+    """Each point's prompts (point id -> workload), each distinct selection read once;
+    ``configs`` is each point's SPEED-Bench config."""
     from pytest_kimi.workload.dataset import load_workload
 
     path = dataset_path(options, cluster)
@@ -194,7 +221,7 @@ def load_prompts(
     out: dict[str, Workload] = {}
     for point in run_points:
         wl = point.apply(cluster.workload)
-        config = speedbench_config(options, cluster, point)
+        config = configs[point.id]
         key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
         if key not in loaded:
             loaded[key] = load_workload(
@@ -209,6 +236,26 @@ def load_prompts(
             )
         out[point.id] = loaded[key]
     return out
+
+
+def check_gate(options: Options, cluster: ClusterConfig) -> None:
+    """The gate's options agree: a history gate has a history and no baseline besides."""
+    if options.gate == "baseline" and options.baseline is None:
+        raise UsageProblem("--kimi-gate baseline needs --kimi-baseline PATH (a saved run)")
+    if options.gate == "history":
+        if options.history is None and cluster.history is None:
+            raise UsageProblem(
+                f"--kimi-gate history needs a history: --kimi-history PATH, or history: in "
+                f"{cluster.path}"
+            )
+        if options.baseline is not None:
+            raise UsageProblem(
+                "--kimi-baseline judges against one stored run, --kimi-gate history against "
+                "the history's series: choose one gate"
+            )
+    if options.gate_since and options.gate != "history":
+        raise UsageProblem("--kimi-gate-since chooses where a history's series starts: it "
+                           "needs --kimi-gate history")  # fmt: skip
 
 
 def check_apart(cluster: ClusterConfig, layouts: tuple[Layout, ...]) -> None:

@@ -1,4 +1,5 @@
-"""Judge a measured layout: SLO verdicts, and the regression gate against a stored baseline.
+"""Judge a measured layout: SLO verdicts, and the regression gate against a stored baseline
+or against the history (:mod:`pytest_kimi.history.gate`).
 
 Pure functions of the inputs and the results; the only file operation is saving a baseline,
 which is refused for an incomplete run (a partial run must never become the reference that
@@ -15,6 +16,8 @@ from pytest_kimi import baseline as baseline_mod
 from pytest_kimi import slo as slo_mod
 
 if TYPE_CHECKING:
+    from pytest_kimi.history.gate import SeriesJudgement
+    from pytest_kimi.history.store import History, RunRecord
     from pytest_kimi.inputs import Inputs
     from pytest_kimi.result import LayoutResult
 
@@ -42,12 +45,12 @@ def baseline_entry(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
 def workload_settings(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
     """The settings a workload point can change, as this result ran them: a baseline judged
     against another workload (concurrency 32 then 8) would compare different experiments."""
-    from pytest_kimi.points import SWEPT
+    from pytest_kimi.points import SWEPT, jsonable
 
     wl = inputs.cluster.workload
     ran = {name: getattr(wl, name) for name in SWEPT}
     ran.update(result.point_settings or {})
-    return {name: "inf" if value == float("inf") else value for name, value in ran.items()}
+    return {name: jsonable(value) for name, value in ran.items()}
 
 
 def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mod.Judgement:
@@ -84,6 +87,56 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
             "same workload settings, or save a new baseline with --kimi-save-baseline"
         )
     return baseline_mod.judge(result.case, metric, inputs.thresholds[metric], saved, current)
+
+
+def history_regression(
+    inputs: Inputs, result: LayoutResult, metric: str, tonight: RunRecord
+) -> SeriesJudgement:
+    """``--kimi-gate history``: this run's ``metric`` on the layout (at its point) against the
+    series of the same experiment on the same cluster in the history (none yet: nothing to
+    judge against), from the accepted run on (``--kimi-gate-since``, else the newest one
+    ``python -m pytest_kimi.history PATH accept`` recorded); ``tonight`` is this run as the
+    history will record it."""
+    from pytest_kimi.catalogue import metric as metric_of
+    from pytest_kimi.history.entries import experiment, experiment_key
+    from pytest_kimi.history.gate import Tonight, judge_series
+
+    if result.summary is None:
+        raise baseline_mod.BaselineError(f"{result.case} was not measured: {result.error}")
+    history = gate_history(inputs)
+    series = []
+    if history is not None:
+        key = experiment_key(experiment(inputs, result))
+        since = gate_since(inputs, history)
+        series = history.series(key, result.name, result.point, metric,
+                                cluster=inputs.cluster.name, since=since)  # fmt: skip
+    entry = baseline_entry(inputs, result)
+    m = metric_of(metric)
+    samples = entry["samples"].get(m.prefix, []) if m.per_request else []
+    figure = Tonight(tonight, entry["metrics"].get(metric), samples)
+    return judge_series(result.case, metric, series, figure, inputs.thresholds[metric])
+
+
+def gate_history(inputs: Inputs) -> History | None:
+    """The history a gate or a trend reads (None before its first run wrote it)."""
+    from pytest_kimi.history.store import History
+
+    path = inputs.history_path
+    return History(path) if path is not None and path.is_file() else None
+
+
+def gate_since(inputs: Inputs, history: History) -> str | None:
+    """The uid of the run a history gate's series start at: ``--kimi-gate-since`` (named in
+    the error when the history has no such run), else the cluster's accepted run, else None."""
+    from pytest_kimi.history.store import HistoryError
+
+    if inputs.options.gate_since:
+        try:
+            return history.run(inputs.options.gate_since).uid
+        except HistoryError as exc:
+            raise HistoryError(f"--kimi-gate-since: {exc}") from None
+    accepted = history.accepted(inputs.cluster.name)
+    return accepted.uid if accepted is not None else None
 
 
 def save_baseline(

@@ -25,13 +25,10 @@ _WORKLOAD_FIELDS = (
 
 def _effective(inputs: Inputs, point: Point) -> dict[str, Any]:
     """Category, config and prompt construction as run: the command line overrides the YAML."""
-    from pytest_kimi.inputs import speedbench_config
-
-    wl, opts = inputs.workload_of(point), inputs.options
     return {
-        "category": wl.category,
-        "speedbench_config": speedbench_config(opts, inputs.cluster, point),
-        "prompt": opts.prompt or wl.prompt,
+        "category": inputs.workload_of(point).category,
+        "speedbench_config": inputs.config_of(point),
+        "prompt": inputs.prompt_style(point),
     }
 
 

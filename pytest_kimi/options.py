@@ -45,6 +45,8 @@ class Options:
     find_max_concurrency: bool = False  # --kimi-find-max-concurrency
     history: Path | None = None  # --kimi-history: over the cluster file's history:
     commit: str | None = None  # --kimi-commit: the code under test's commit, for the history
+    gate: str | None = None  # --kimi-gate: baseline or history (default: baseline if given)
+    gate_since: str | None = None  # --kimi-gate-since: the run a history gate's series starts at
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""
@@ -217,6 +219,23 @@ def add_options(parser: pytest.Parser) -> None:
         "(default: $KIMI_COMMIT)",
     )
     group.addoption(
+        "--kimi-gate",
+        dest="kimi_gate",
+        default=None,
+        choices=("baseline", "history"),
+        help="the regression gate (test_no_regression[layout-metric]): baseline judges against "
+        "--kimi-baseline (the default when it is given), history against each metric's series "
+        "in the history (--kimi-history), with change-point detection",
+    )
+    group.addoption(
+        "--kimi-gate-since",
+        dest="kimi_gate_since",
+        default=None,
+        metavar="RUN",
+        help="--kimi-gate history: judge against the series from this run on (its run id or "
+        "uid), accepting a change before it as the new level",
+    )
+    group.addoption(
         "--kimi-find-max-concurrency",
         dest="kimi_find_max_concurrency",
         action="store_true",
@@ -287,6 +306,8 @@ def resolve(config: pytest.Config) -> Options:
         find_max_concurrency=bool(config.getoption("kimi_find_max_concurrency", False)),
         history=Path(history) if (history := config.getoption("kimi_history")) else None,
         commit=config.getoption("kimi_commit") or os.environ.get("KIMI_COMMIT") or None,
+        gate=config.getoption("kimi_gate"),
+        gate_since=config.getoption("kimi_gate_since"),
     )
 
 

@@ -121,8 +121,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     cases = [(layout, point) for layout in run.layouts
              for point in (run.points if with_point else (None,))]  # fmt: skip
     if "kimi_regression_metric" in metafunc.fixturenames:
-        # one item per layout, point and gated metric; none at all without --kimi-baseline
-        metrics = sorted(run.inputs.thresholds) if run.inputs.baseline is not None else []
+        # one item per layout, point and gated metric; none at all without a gate
+        metrics = sorted(run.inputs.thresholds) if run.inputs.gate is not None else []
         named = [(case, m) for case in cases for m in metrics]
         _parametrize_named(metafunc, "kimi_regression_metric", named)
     elif "kimi_slo_name" in metafunc.fixturenames:
@@ -178,12 +178,14 @@ def _point_of(item: pytest.Item) -> Point | None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each layout's items together, in ``--layout`` order and its workload points in
-    order, so its deployment is brought up once and serves every point; without
-    --kimi-baseline the gate's items are deselected (nothing to judge), and without
-    --kimi-find-max-concurrency the search's."""
-    for option, fixture in (("kimi_baseline", "kimi_regression_metric"),
-                            ("kimi_find_max_concurrency", "kimi_max_concurrency")):  # fmt: skip
-        if not config.getoption(option):
+    order, so its deployment is brought up once and serves every point; without a gate
+    (--kimi-baseline, --kimi-gate) the gate's items are deselected (nothing to judge), and
+    without --kimi-find-max-concurrency the search's."""
+    gate = config.getoption("kimi_baseline") or config.getoption("kimi_gate")
+    for asked, fixture in ((gate, "kimi_regression_metric"),
+                           (config.getoption("kimi_find_max_concurrency"),
+                            "kimi_max_concurrency")):  # fmt: skip
+        if not asked:
             unasked = [i for i in items if fixture in getattr(i, "fixturenames", ())]
             if unasked:
                 config.hook.pytest_deselected(items=unasked)

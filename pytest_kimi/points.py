@@ -71,7 +71,7 @@ class Point:
 
     def describe(self) -> dict[str, Any]:
         """The settings as JSON-able data (``inf`` as the string ``"inf"``)."""
-        return {name: _jsonable(value) for name, value in self.settings}
+        return {name: jsonable(value) for name, value in self.settings}
 
 
 def part(name: str, value: Any) -> str:
@@ -84,7 +84,8 @@ def part(name: str, value: Any) -> str:
     return f"{_PREFIX[name]}{value}"
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A setting as JSON can hold it: ``inf`` (an open-loop rate) as the string ``"inf"``."""
     return "inf" if isinstance(value, float) and math.isinf(value) else value
 
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.deploy.reach import Reach
+    from pytest_kimi.history.gate import SeriesJudgement
+    from pytest_kimi.history.store import RunRecord
     from pytest_kimi.mock.clock import SharedClock
     from pytest_kimi.search import Search
 
@@ -201,9 +203,25 @@ class Run:
         ordered = tuple((name, settings[name]) for name in SWEPT if name in settings)
         return Point(ordered, ("concurrency",))
 
-    def judge(self, layout: Layout, metric: str, point: Point | None = None) -> Judgement:
-        """This run's ``metric`` on ``layout`` (at ``point``) against ``--kimi-baseline``."""
-        return judge.regression(self.inputs, self._result(layout, point or self.points[0]), metric)
+    def judge(
+        self, layout: Layout, metric: str, point: Point | None = None
+    ) -> Judgement | SeriesJudgement:
+        """This run's ``metric`` on ``layout`` (at ``point``) against ``--kimi-baseline``, or
+        with ``--kimi-gate history`` against its series in the history."""
+        result = self._result(layout, point or self.points[0])
+        if self.inputs.gate == "history":
+            return judge.history_regression(self.inputs, result, metric, self._tonight(layout))
+        return judge.regression(self.inputs, result, metric)
+
+    def _tonight(self, layout: Layout) -> RunRecord:
+        """This run as the history will record it (the versions its layout's nodes reported),
+        for a change that starts tonight."""
+        from pytest_kimi.history.entries import run_record
+        from pytest_kimi.report.setup import experiment_setup
+
+        setup = experiment_setup(self.folder.read_each([layout.name], "manifest.json"))
+        return run_record(self.inputs, self.folder.name, [], setup.get("tools") or {},
+                          self.inputs.options.commit)  # fmt: skip
 
     def _broken(self, layout: Layout) -> str:
         """Why an earlier point left this layout's deployment unable to serve ("" if none)."""
@@ -239,8 +257,8 @@ class Run:
         return reporting.comparison(
             results, run_id=self.folder.name, backend=self.inputs.backend,
             time_scale=self.time_scale, stopped_early=self.stopped_early,
-            setup=experiment_setup(self.folder.read_manifests(names)),
-            searches=self.folder.read_searches(names),
+            setup=experiment_setup(self.folder.read_each(names, "manifest.json")),
+            searches=self.folder.read_each(names, "search.json"),
         )  # fmt: skip
 
     def finish(self) -> None:
@@ -249,6 +267,8 @@ class Run:
         model = self.comparison(results)
         if model is None:
             return
+        self._add_to_history(results, model)
+        self._add_trends(model, results)
         reporting.write(self.folder, model, results, self.on_comparison)
         self.model = model
         path, refused = judge.save_baseline(
@@ -258,15 +278,15 @@ class Run:
             self.say(f"[kimi] {refused}")
         if path is not None:
             self.say(f"[kimi] baseline saved to {path}")
-        self._add_to_history(results, model)
 
     def _add_to_history(self, results: list[LayoutResult], model: dict[str, Any]) -> None:
         """``--kimi-history`` (or the cluster file's ``history:``): append this run, complete
-        or not (a gate reads only complete ones); a file that cannot take it is said, once."""
+        or not (an incomplete run's measured layouts are in its series too); a file that
+        cannot take it is said, once, and the report is written all the same."""
         from pytest_kimi.history import HistoryError, record_run
         from pytest_kimi.history.entries import result_records, run_record
 
-        path = self.inputs.options.history or self.inputs.cluster.history
+        path = self.inputs.history_path
         if path is None:
             return
         tools = (model.get("setup") or {}).get("tools") or {}
@@ -274,10 +294,35 @@ class Run:
                          self.inputs.options.commit)  # fmt: skip
         try:
             record_run(path, run, result_records(self.inputs, results))
-        except (HistoryError, OSError, ValueError) as exc:  # the report is written already
-            self.say(f"[kimi] history NOT written: {exc}")
+        except Exception as exc:  # the report (written next) must not be lost to it
+            why = str(exc) if isinstance(exc, HistoryError) else f"{type(exc).__name__}: {exc}"
+            self.say(f"[kimi] history NOT written: {why}")
             return
         self.say(f"[kimi] run {run.run_id} added to the history {path}")
+
+    def _add_trends(self, model: dict[str, Any], results: list[LayoutResult]) -> None:
+        """With a history: each gated metric's trend across its runs (this one the last), as
+        the history gate reads it, into the report's model for the trend plots. Whatever goes
+        wrong here is said, and the report is written without its trend section."""
+        from pytest_kimi.history.entries import experiment, experiment_key
+        from pytest_kimi.history.gate import WINDOW
+        from pytest_kimi.history.trend import report_trends
+
+        history = judge.gate_history(self.inputs)
+        if history is None:
+            return
+        try:
+            keys = [(r.case, r.name, r.point, experiment_key(experiment(self.inputs, r)))
+                    for r in results if r.summary is not None]  # fmt: skip
+            trends = report_trends(history, self.inputs.cluster.name, keys,
+                                   self.inputs.thresholds,
+                                   since=judge.gate_since(self.inputs, history),
+                                   window=WINDOW)  # fmt: skip
+        except Exception as exc:  # the report matters more than its trend section
+            self.say(f"[kimi] no trend in the report: {type(exc).__name__}: {exc}")
+            return
+        if trends:
+            model["trends"] = trends
 
     def terminal_lines(self) -> list[str]:
         model = self.model or self.comparison()

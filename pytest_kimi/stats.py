@@ -52,6 +52,27 @@ def statistic(values: np.ndarray, name: str) -> np.ndarray:
     raise ValueError(f"unknown statistic {name!r}: mean, median or pNN")
 
 
+def bootstrap_against(
+    values: Sequence[float],
+    reference: float,
+    stat: str,
+    *,
+    confidence: float = 0.95,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """CI of ``stat(values) / reference - 1`` over resamples of ``values`` alone: a run's
+    requests against a fixed level (a history's median); None with < 2 values or no level."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2 or reference == 0 or not np.isfinite(reference):
+        return None
+    rng = np.random.default_rng(seed)
+    rel = statistic(x[rng.integers(0, x.size, size=(resamples, x.size))], stat) / reference - 1
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(rel, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def bootstrap_delta(
     a: Sequence[float],
     b: Sequence[float],

@@ -212,27 +212,18 @@ class RunFolder:
     def read_layout(self, layout: str, point: str = "") -> LayoutResult:
         return load_layout(self.path / layout / point)[0]
 
-    def read_manifests(self, layouts: list[str]) -> dict[str, dict[str, Any]]:
-        """The layouts' ``manifest.json`` files that exist (and parse), by layout name."""
+    def read_each(self, layouts: list[str], name: str) -> dict[str, dict[str, Any]]:
+        """Each layout's JSON file ``name`` (``manifest.json``, ``search.json``) that exists
+        and parses, by layout name: a layout that broke before writing it is left out."""
         out = {}
         for layout in layouts:
-            path = self.path / layout / "manifest.json"
             with contextlib.suppress(OSError, ValueError):
-                out[layout] = json.loads(path.read_text(encoding="utf-8"))
+                out[layout] = json.loads((self.path / layout / name).read_text(encoding="utf-8"))
         return out
 
     def write_search(self, layout: str, search: dict[str, Any]) -> None:
         """``--kimi-find-max-concurrency``'s outcome for a layout (``search.json``)."""
         write_json(self.layout_dir(layout) / "search.json", search)
-
-    def read_searches(self, layouts: list[str]) -> dict[str, dict[str, Any]]:
-        """The layouts' ``search.json`` files that exist (and parse), by layout name."""
-        out = {}
-        for layout in layouts:
-            with contextlib.suppress(OSError, ValueError):
-                path = self.path / layout / "search.json"
-                out[layout] = json.loads(path.read_text(encoding="utf-8"))
-        return out
 
     def write_file(self, name: str, text: str) -> None:
         """Another file of the report (``pareto.svg``) into the run folder."""

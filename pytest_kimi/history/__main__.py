@@ -4,6 +4,9 @@
     python -m pytest_kimi.history PATH show RUN             one run's results (RUN: its id or uid)
     python -m pytest_kimi.history PATH series CASE METRIC   one metric across runs
                                                             (CASE: tp32, or tp32-c8)
+    python -m pytest_kimi.history PATH changes              every change point in the store
+    python -m pytest_kimi.history PATH accept RUN           the level from RUN on is the new
+                                                            normal of RUN's cluster (history gate)
 Each takes --json for machine-readable output.
 """
 
@@ -39,6 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     series.add_argument("metric", help="catalogue name: ttft_p95, tpot_mean, output_throughput")
     series.add_argument("--cluster", help="the cluster's name (default: the newest run's)")
     series.add_argument("--experiment", help="experiment key (default: the newest run's)")
+    changes = sub.add_parser(
+        "changes", help="every change point of a gated metric, oldest first", parents=[common]
+    )
+    changes.add_argument("--cluster", help="only this cluster's runs")
+    accept = sub.add_parser(
+        "accept", help="accept the level from a run on (the history gate judges from there)",
+        parents=[common],
+    )  # fmt: skip
+    accept.add_argument("run", help="the run's id, or its uid when two runs share an id")
+    accept.add_argument("--note", default="", help="why (kept with the acceptance)")
     args = parser.parse_args(argv)
     history = History(args.path)
     try:
@@ -46,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
             return _show(history, args.run, args.json)
         if args.command == "series":
             return _series(history, args)
+        if args.command == "changes":
+            return _changes(history, args.cluster, args.json)
+        if args.command == "accept":
+            run = history.accept(args.run, args.note)
+            print(f"accepted: the history gate on {run.cluster} judges from run {run.run_id} "
+                  f"({run.finished_at}) on")  # fmt: skip
+            return 0
         return _runs(history, args.json)
     except HistoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -98,7 +118,7 @@ def _series(history: History, args: argparse.Namespace) -> int:
                            f"{', '.join(sorted(clusters))})")  # fmt: skip
     layout, point = _split_case(history, cluster, args.case)
     experiment = args.experiment or _newest_experiment(history, runs, cluster, layout, point)
-    entries = history.series(experiment, layout, point, args.metric)
+    entries = history.series(experiment, layout, point, args.metric, cluster=cluster)
     if args.json:
         print(json.dumps([{"run_id": e.run.run_id, "uid": e.run.uid,
                            "finished_at": e.run.finished_at, "git_commit": e.run.git_commit,
@@ -107,6 +127,34 @@ def _series(history: History, args: argparse.Namespace) -> int:
     print(f"{args.case} {args.metric} on {cluster}, experiment {experiment}:")
     for e in entries:
         print(f"{e.run.run_id}  {e.run.git_commit or '-':>12}  {_number(e.value)}")
+    return 0
+
+
+def _changes(history: History, cluster: str | None, as_json: bool) -> int:
+    from pytest_kimi.history.gate import what_changed
+    from pytest_kimi.history.trend import trends
+
+    if cluster is not None and cluster not in {run.cluster for run in history.runs()}:
+        raise HistoryError(f"{history.path}: no runs on cluster {cluster!r}")
+    found = [(trend, change) for trend in trends(history, cluster) for change in trend.changes]
+    if as_json:
+        print(json.dumps([{
+            "cluster": t.cluster, "experiment": t.experiment, "case": t.case,
+            "metric": t.metric, "run_id": t.runs[c.index].run_id, "uid": t.runs[c.index].uid,
+            "finished_at": t.runs[c.index].finished_at, "before": c.before, "after": c.after,
+            "change": c.worse, "direction": c.direction, "noise": t.noise, "limit": t.limit,
+            "previous_run_id": t.runs[c.index - 1].run_id,
+        } for t, c in found], indent=2))  # fmt: skip
+        return 0
+    if not found:
+        print(f"no change points in {history.path}" + (f" on {cluster}" if cluster else ""))
+        return 0
+    for t, c in found:
+        run, previous = t.runs[c.index], t.runs[c.index - 1]
+        print(f"{t.cluster}  {t.case}  {t.metric}: at run {run.run_id} ({run.finished_at}) "
+              f"{_number(c.before)} -> {_number(c.after)} ({abs(c.worse):.1%} {c.direction}; "
+              f"noise {t.noise:.1%}, limit {t.limit:.1%}, experiment {t.experiment}); "
+              f"against run {previous.run_id}: {what_changed(previous, run)}")  # fmt: skip
     return 0
 
 

@@ -56,7 +56,6 @@ def experiment(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
     """What makes two results of a layout comparable: the workload point's settings, the
     prompts (their SHA-256), how they were built and timed, the seed and warm-up, the
     goodput limits and the backend."""
-    from pytest_kimi.inputs import speedbench_config
     from pytest_kimi.judge import workload_settings
 
     point = _point(inputs, result.point)
@@ -65,8 +64,8 @@ def experiment(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
     return {
         **workload_settings(inputs, result),
         "prompts_sha256": prompts,
-        "speedbench_config": speedbench_config(inputs.options, inputs.cluster, point),
-        "prompt": inputs.options.prompt or wl.prompt,
+        "speedbench_config": inputs.config_of(point),
+        "prompt": inputs.prompt_style(point),
         "clock_start": wl.clock_start,
         "seed": wl.seed,
         "warmup_requests": wl.warmup_requests,

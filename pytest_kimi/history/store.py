@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
@@ -55,6 +56,11 @@ CREATE TABLE IF NOT EXISTS results (
     PRIMARY KEY (run, layout, point)
 );
 CREATE INDEX IF NOT EXISTS results_series ON results (experiment, layout, point, run);
+CREATE TABLE IF NOT EXISTS accepted (
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    accepted_at TEXT NOT NULL,
+    note TEXT NOT NULL
+);
 """
 BUSY_TIMEOUT_S = 60.0  # another writer holds the file: wait this long before giving up
 
@@ -108,6 +114,31 @@ class SeriesEntry:
     workload: Mapping[str, Any]
 
 
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL. Two writers that meet on a new file can be told "locked" at
+    once, without SQLite's busy wait (it is a change of the file's format, not a write): try
+    again, within the same :data:`BUSY_TIMEOUT_S` as any other wait for the lock."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What names one series: a cluster's runs of one experiment at one (layout, point)."""
+
+    cluster: str
+    experiment: str
+    layout: str
+    point: str
+
+
 class History:
     """One history file. Every method opens its own connection: safe from several processes
     and threads, and nothing stays open between calls."""
@@ -128,7 +159,7 @@ class History:
                 db.row_factory = sqlite3.Row
                 db.execute("PRAGMA foreign_keys = ON")
                 if write:
-                    db.execute("PRAGMA journal_mode = WAL")  # outside any transaction
+                    _use_wal(db)  # outside any transaction
                     db.execute("BEGIN IMMEDIATE")
                     _ensure_schema(db, self.path)
                 else:
@@ -173,19 +204,53 @@ class History:
     def results(self, run: str) -> list[ResultRecord]:
         """The results of one run (its run id, or its uid when two runs share an id)."""
         with self._connect() as db:
-            found = db.execute(
-                "SELECT id, uid FROM runs WHERE run_id = ? OR uid = ?", (run, run)
-            ).fetchall()
-            if not found:
-                raise HistoryError(f"{self.path}: no run {run!r} in the history")
-            if len(found) > 1:
-                uids = ", ".join(row["uid"] for row in found)
-                raise HistoryError(f"{self.path}: {len(found)} runs have the id {run!r}; give "
-                                   f"one of their uids: {uids}")  # fmt: skip
             rows = db.execute(
-                "SELECT * FROM results WHERE run = ? ORDER BY rowid", (found[0]["id"],)
+                "SELECT * FROM results WHERE run = ? ORDER BY rowid", (self._row(db, run),)
             ).fetchall()
         return [_result(row) for row in rows]
+
+    def run(self, run: str) -> RunRecord:
+        """One run, by its run id (or its uid when two runs share an id)."""
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (self._row(db, run),)).fetchone()
+        return _run(row)
+
+    def _row(self, db: sqlite3.Connection, run: str) -> int:
+        found = db.execute(
+            "SELECT id, uid FROM runs WHERE run_id = ? OR uid = ?", (run, run)
+        ).fetchall()
+        if not found:
+            raise HistoryError(f"{self.path}: no run {run!r} in the history")
+        if len(found) > 1:
+            uids = ", ".join(row["uid"] for row in found)
+            raise HistoryError(f"{self.path}: {len(found)} runs have the id {run!r}; give "
+                               f"one of their uids: {uids}")  # fmt: skip
+        return int(found[0]["id"])
+
+    def accept(self, run: str, note: str = "") -> RunRecord:
+        """Accept the level from ``run`` on as its cluster's new normal: every later history
+        gate on that cluster judges series from this run on (``--kimi-gate-since`` for every
+        night, kept in the file)."""
+        from datetime import datetime, timezone
+
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._connect(write=True) as db:
+            row = self._row(db, run)
+            db.execute("INSERT INTO accepted VALUES (?, ?, ?)", (row, when, note))
+            found = db.execute("SELECT * FROM runs WHERE id = ?", (row,)).fetchone()
+        return _run(found)
+
+    def accepted(self, cluster: str) -> RunRecord | None:
+        """The newest run accepted on ``cluster`` (by :meth:`accept`), if any."""
+        with self._connect() as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'accepted'").fetchone():
+                return None  # a file no writer of this version has touched yet
+            row = db.execute(
+                "SELECT runs.* FROM accepted JOIN runs ON runs.id = accepted.run"
+                " WHERE runs.cluster = ? ORDER BY accepted.rowid DESC LIMIT 1",
+                (cluster,),
+            ).fetchone()
+        return None if row is None else _run(row)
 
     def cases(self, cluster: str) -> set[tuple[str, str]]:
         """Every (layout, point) the cluster's runs measured."""
@@ -197,22 +262,43 @@ class History:
             ).fetchall()
         return {(row["layout"], row["point"]) for row in rows}
 
+    def experiments(self, cluster: str | None = None) -> list[SeriesKey]:
+        """Every series the store holds (on ``cluster``), in the order first measured."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT runs.cluster, results.experiment, results.layout, results.point,"
+                " MIN(results.rowid) AS first FROM results JOIN runs ON runs.id = results.run"
+                " WHERE results.error = '' AND (? IS NULL OR runs.cluster = ?)"
+                " GROUP BY runs.cluster, results.experiment, results.layout, results.point"
+                " ORDER BY first",
+                (cluster, cluster),
+            ).fetchall()
+        return [SeriesKey(row[0], row[1], row[2], row[3]) for row in rows]
+
     def series(
-        self, experiment: str, layout: str, point: str, metric: str
+        self,
+        experiment: str,
+        layout: str,
+        point: str,
+        metric: str,
+        *,
+        cluster: str,
+        since: str | None = None,
     ) -> list[SeriesEntry]:
         """One metric of one (layout, point) across the runs of one experiment (its key, from
         :func:`pytest_kimi.history.entries.experiment_key`), oldest first: every run that
         measured it, complete or not (a run stopped at another layout still measured this one
         in full). ``samples`` are the per-request latencies behind it (empty for
-        throughputs)."""
+        throughputs). ``since``: only the runs from this one (its uid) on."""
         prefix = metric.partition("_")[0]
         with self._connect() as db:
+            first = 0 if since is None else self._row(db, since)
             rows = db.execute(
                 "SELECT runs.*, results.metrics, results.samples, results.workload"
                 " FROM results JOIN runs ON runs.id = results.run"
                 " WHERE results.experiment = ? AND results.layout = ? AND results.point = ?"
-                " AND results.error = '' ORDER BY runs.id",
-                (experiment, layout, point),
+                " AND runs.cluster = ? AND runs.id >= ? AND results.error = '' ORDER BY runs.id",
+                (experiment, layout, point, cluster, first),
             ).fetchall()
         return [
             SeriesEntry(_run(row), json.loads(row["metrics"]).get(metric),

@@ -241,6 +241,11 @@ def render_markdown(model: dict[str, Any]) -> str:
         lines += ["", f"{level} SLO verdicts", "", *_verdict_lines(section)]
     lines += ["", *pareto_lines(model.get("pareto") or {}, PARETO_IMAGE)]
     lines += verdict_lines(model.get("verdicts") or [], model.get("max_concurrency") or {})
+    if model.get("trends"):
+        from pytest_kimi.report.trendplot import trend_caption
+
+        lines += ["", "## Trend across the history", "", "Plots in report.html.", ""]
+        lines += [f"- {trend_caption(trend)}" for trend in model["trends"]]
     notes = [(case, n) for case, layout in cases(model) for n in layout["notes"]]
     if notes:
         lines += ["", "## Notes", ""]

@@ -35,6 +35,7 @@ from pytest_kimi.report.matrixtext import best_text, describe_search, flag_text,
 from pytest_kimi.report.paretoplot import pareto_figure
 from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
+from pytest_kimi.report.trendplot import trend_caption, trend_figure
 from pytest_kimi.workload.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 {% if searches %}<p>The search (--kimi-find-max-concurrency):</p><ul>
 {% for name, text in searches.items() %}<li><b>{{ name }}</b>: {{ text }}</li>{% endfor %}
 </ul>{% endif %}{% endif %}
+{% if trends %}<h2 id="trend">Trend across the history</h2>
+{% for t in trends %}<figure id="{{ t.id }}">{{ t.svg }}<figcaption>{{ t.caption }}</figcaption>
+</figure>{% endfor %}{% endif %}
 {% if notes %}<h2>Data quality and notes</h2><ul>
 {% for name, note in notes %}<li><b>{{ name }}</b>: {{ note }}</li>{% endfor %}</ul>{% endif %}
 <h2>Plots</h2>
@@ -313,6 +317,10 @@ def render_html(
                   "caption": "the Pareto view: output throughput per GPU against TPOT p95 and "
                   "TTFT p95, one curve per layout over the workload points; filled markers "
                   "met every SLO"}  # fmt: skip
+    trends = [
+        {"id": f"trend-{t['metric']}", "svg": svg(trend_figure(t)), "caption": trend_caption(t)}
+        for t in model.get("trends") or []
+    ]
     for key, label, unit in (("ttft", "TTFT", "s"), ("tpot", "TPOT", "ms"), ("e2e", "E2E", "s")):
         cdf = _cdf_plot({n: s[key] for n, s in samples.items()}, label, unit)
         plots.append({"id": f"cdf-{key}", "svg": cdf, "caption": f"{label} CDF per layout"})
@@ -363,6 +371,7 @@ def render_html(
         notes=notes,
         plots=[_markup(p) for p in plots],
         pareto=_markup(pareto) if pareto else None,
+        trends=[_markup(t) for t in trends],
     )
 
 

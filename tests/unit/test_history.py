@@ -50,14 +50,18 @@ def test_runs_and_results_come_back_as_written(history: History) -> None:
 
 
 def test_a_series_is_one_experiments_measured_results_oldest_first(history: History) -> None:
-    tp32 = history.series("e8", "tp32", "", "tpot_mean")
+    tp32 = history.series("e8", "tp32", "", "tpot_mean", cluster="local")
     assert [(e.run.git_commit, e.value, list(e.samples)) for e in tp32] == [
         ("c0ffee1", 60.0, [59.0, 61.0]),
         ("c0ffee2", 62.0, [61.0, 63.0]),  # the run stopped later, at another layout
         ("c0ffee3", 61.0, [60.0, 62.0]),
     ]
-    assert [e.value for e in history.series("e8", "pp8", "", "tpot_mean")] == [110.0]
-    assert [e.value for e in history.series("e32", "tp32", "", "tpot_mean")] == [30.0]
+
+    def values(exp: str, layout: str, cluster: str = "local") -> list[float | None]:
+        return [e.value for e in history.series(exp, layout, "", "tpot_mean", cluster=cluster)]
+
+    assert values("e8", "pp8") == [110.0] and values("e32", "tp32") == [30.0]
+    assert values("e8", "tp32", cluster="other") == []  # another cluster's runs are not in it
 
 
 def test_two_runs_with_one_id_are_told_apart_by_uid(history: History) -> None:
@@ -159,3 +163,25 @@ def test_the_command_line_names_what_is_not_there(
 ) -> None:
     assert main([str(history.path), *args]) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_a_history_that_cannot_be_written_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_kimi.run import Run
+
+    said: list[str] = []
+    folder = tmp_path / "a-folder"
+    folder.mkdir()  # where the history file should be: a folder cannot take it
+    fake = SimpleNamespace(
+        inputs=SimpleNamespace(
+            history_path=folder, options=SimpleNamespace(commit=None),
+            cluster=SimpleNamespace(name="local", sha256="ab" * 32),
+            backend="mock", time_scale=40.0,
+        ),
+        folder=SimpleNamespace(name="20261205-010000-local-dp2"),
+        say=said.append,
+    )  # fmt: skip
+    Run._add_to_history(fake, [], {"incomplete": [], "setup": {}})  # type: ignore[arg-type]
+    [line] = said
+    assert line.startswith(f"[kimi] history NOT written: {folder}: ")

@@ -1,0 +1,153 @@
+"""One metric's trend across the history's runs: its values, levels, noise and change points.
+
+A trend is what the history gate judges tonight against (:mod:`pytest_kimi.history.gate`),
+what ``python -m pytest_kimi.history PATH changes`` lists and what the report plots: one
+cluster, one experiment (the same workload, prompts and timing), one (layout, point), one
+metric, oldest run first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_kimi import catalogue
+from pytest_kimi.history.changes import K_NOISE, Change, change_points, level, noise, segments
+from pytest_kimi.history.store import History, RunRecord, SeriesEntry
+
+THROUGHPUT_FLOOR = 0.01  # a throughput's limit from the spread is never below 1%
+
+
+def limit_of(metric: str, threshold: float, sigma: float | None, nights: int = 1) -> float:
+    """The relative change that counts: the metric's threshold (for a throughput, one number
+    per run, :data:`THROUGHPUT_FLOOR`: its history's spread decides) or K_NOISE x the spread
+    of ``nights`` nights' mean, whichever is larger; without a spread yet, the threshold."""
+    if sigma is None:
+        return threshold
+    floor = threshold if catalogue.metric(metric).per_request else THROUGHPUT_FLOOR
+    return max(floor, math.expm1(K_NOISE * sigma / math.sqrt(nights)))
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A metric's measured runs, oldest first, cut into levels at its change points."""
+
+    case: str  # tp32, or tp32-c8
+    metric: str
+    entries: Sequence[SeriesEntry]  # the runs that measured it
+    changes: Sequence[Change] = ()
+    noise: float | None = None  # run-to-run spread, relative sigma; None under 3 runs
+    limit: float = 0.0  # the relative step that counts (:func:`limit_of`)
+    cluster: str = ""
+    experiment: str = ""
+    levels: Sequence[tuple[int, int, float]] = field(default=())  # (start, end, median)
+
+    @classmethod
+    def of(
+        cls, case: str, metric: str, series: Sequence[SeriesEntry], threshold: float, **where: str
+    ) -> Trend:
+        """The trend of ``series`` (a history series, oldest first); ``threshold`` is the
+        metric's gate threshold (``--kimi-fail``)."""
+        m = catalogue.metric(metric)
+        entries = [e for e in series if e.value is not None]
+        values = [float(e.value) for e in entries]  # type: ignore[arg-type]
+        floor = threshold if m.per_request else THROUGHPUT_FLOOR
+        changes = change_points(values, m.higher_is_better, floor)
+        sigma = noise(values, [c.index for c in changes])
+        spans = segments(len(values), changes) if values else []
+        levels = tuple((a, b, level(values[a:b])) for a, b in spans)
+        return cls(case, metric, entries, tuple(changes), sigma,
+                   limit_of(metric, threshold, sigma), levels=levels, **where)  # fmt: skip
+
+    @property
+    def values(self) -> list[float]:
+        return [float(e.value) for e in self.entries]  # type: ignore[arg-type]
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        return [e.run for e in self.entries]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return catalogue.metric(self.metric).higher_is_better
+
+
+def trends(
+    history: History, cluster: str | None = None, thresholds: dict[str, float] | None = None
+) -> list[Trend]:
+    """Every gated metric's trend in the store (or on one cluster), over all its runs: per
+    cluster, experiment, (layout, point) and metric the results hold. ``thresholds`` are the
+    gate's (default: :data:`pytest_kimi.catalogue.DEFAULT_THRESHOLDS`, as ``changes`` uses)."""
+    limits = catalogue.DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    out = []
+    for where in history.experiments(cluster):
+        case = f"{where.layout}-{where.point}" if where.point else where.layout
+        for metric in sorted(limits):
+            series = history.series(where.experiment, where.layout, where.point, metric,
+                                    cluster=where.cluster)  # fmt: skip
+            trend = Trend.of(case, metric, series, limits[metric], cluster=where.cluster,
+                             experiment=where.experiment)  # fmt: skip
+            if trend.entries:
+                out.append(trend)
+    return out
+
+
+def trend_data(trend: Trend) -> dict[str, Any]:
+    """A trend as the report's model holds it (JSON): each run's id, time and value, the
+    levels with their noise band, and the change points."""
+    band = math.expm1(K_NOISE * trend.noise) if trend.noise is not None else None
+    return {
+        "runs": [r.run_id for r in trend.runs],
+        "finished_at": [r.finished_at for r in trend.runs],
+        "values": trend.values,
+        "levels": [
+            {
+                "start": a,
+                "end": b,
+                "level": value,
+                "band": None if band is None else [value / (1 + band), value * (1 + band)],
+            }
+            for a, b, value in trend.levels
+        ],
+        "noise": trend.noise,
+        "limit": trend.limit,
+        "changes": [
+            {
+                "index": c.index,
+                "run_id": trend.runs[c.index].run_id,
+                "before": c.before,
+                "after": c.after,
+                "change": c.worse,
+                "direction": c.direction,
+            }
+            for c in trend.changes
+        ],
+    }
+
+
+def report_trends(
+    history: History,
+    cluster: str,
+    series: Sequence[tuple[str, str, str, str]],
+    thresholds: Mapping[str, float],
+    *,
+    since: str | None = None,
+    window: int = 60,
+) -> list[dict[str, Any]]:
+    """The report's trend section: per gated metric, each case's trend as the history gate
+    reads it (``series``: case, layout, point, experiment key; from the run ``since`` on,
+    the last ``window`` runs), for the cases with at least one run."""
+    out = []
+    for metric in sorted(thresholds):
+        cases = {}
+        for case, layout, point, experiment in series:
+            found = history.series(experiment, layout, point, metric, cluster=cluster,
+                                   since=since)  # fmt: skip
+            trend = Trend.of(case, metric, found[-window:], thresholds[metric])
+            if trend.entries:
+                cases[case] = trend_data(trend)
+        if cases:
+            out.append({"metric": metric, "cases": cases})
+    return out
