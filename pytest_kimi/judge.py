@@ -98,7 +98,7 @@ def history_regression(
     ``python -m pytest_kimi.history PATH accept`` recorded); ``tonight`` is this run as the
     history will record it."""
     from pytest_kimi.catalogue import metric as metric_of
-    from pytest_kimi.history.entries import experiment, experiment_key
+    from pytest_kimi.history.entries import experiment_id
     from pytest_kimi.history.gate import Tonight, judge_series
 
     if result.summary is None:
@@ -106,9 +106,8 @@ def history_regression(
     history = gate_history(inputs)
     series = []
     if history is not None:
-        key = experiment_key(experiment(inputs, result))
         since = gate_since(inputs, history)
-        series = history.series(key, result.name, result.point, metric,
+        series = history.series(experiment_id(inputs, result), result.name, result.point, metric,
                                 cluster=inputs.cluster.name, since=since)  # fmt: skip
     entry = baseline_entry(inputs, result)
     m = metric_of(metric)

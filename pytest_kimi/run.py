@@ -65,6 +65,7 @@ class Run:
         self._folder: RunFolder | None = None
         self._plans: dict[str, DeploymentPlan] = {}
         self._aborts: dict[str, Abort] = {}  # per layout: the watchdog's cancel hook
+        self._tonights: dict[str, RunRecord] = {}  # per layout: this run as the history has it
         self._reaches: dict[str, Reach] = {}  # per layout: node URL -> URL used (network.client)
         self._clients: dict[str, NodeClient] = {}  # per layout: the client on a node (on_node)
 
@@ -215,13 +216,17 @@ class Run:
 
     def _tonight(self, layout: Layout) -> RunRecord:
         """This run as the history will record it (the versions its layout's nodes reported),
-        for a change that starts tonight."""
+        for a change that starts tonight; read once per layout, for all its gated metrics."""
         from pytest_kimi.history.entries import run_record
         from pytest_kimi.report.setup import experiment_setup
 
-        setup = experiment_setup(self.folder.read_each([layout.name], "manifest.json"))
-        return run_record(self.inputs, self.folder.name, [], setup.get("tools") or {},
-                          self.inputs.options.commit)  # fmt: skip
+        if layout.name not in self._tonights:
+            setup = experiment_setup(self.folder.read_each([layout.name], "manifest.json"))
+            tools, commit = setup.get("tools") or {}, self.inputs.options.commit
+            self._tonights[layout.name] = run_record(
+                self.inputs, self.folder.name, [], tools, commit
+            )
+        return self._tonights[layout.name]
 
     def _broken(self, layout: Layout) -> str:
         """Why an earlier point left this layout's deployment unable to serve ("" if none)."""
@@ -304,18 +309,19 @@ class Run:
         """With a history: each gated metric's trend across its runs (this one the last), as
         the history gate reads it, into the report's model for the trend plots. Whatever goes
         wrong here is said, and the report is written without its trend section."""
-        from pytest_kimi.history.entries import experiment, experiment_key
+        from pytest_kimi.history.entries import experiment_id
         from pytest_kimi.history.gate import WINDOW
+        from pytest_kimi.history.store import SeriesKey
         from pytest_kimi.history.trend import report_trends
 
         history = judge.gate_history(self.inputs)
         if history is None:
             return
         try:
-            keys = [(r.case, r.name, r.point, experiment_key(experiment(self.inputs, r)))
+            cluster = self.inputs.cluster.name
+            keys = [SeriesKey(cluster, experiment_id(self.inputs, r), r.name, r.point)
                     for r in results if r.summary is not None]  # fmt: skip
-            trends = report_trends(history, self.inputs.cluster.name, keys,
-                                   self.inputs.thresholds,
+            trends = report_trends(history, keys, self.inputs.thresholds,
                                    since=judge.gate_since(self.inputs, history),
                                    window=WINDOW)  # fmt: skip
         except Exception as exc:  # the report matters more than its trend section

@@ -132,7 +132,7 @@ def _series(history: History, args: argparse.Namespace) -> int:
 
 def _changes(history: History, cluster: str | None, as_json: bool) -> int:
     from pytest_kimi.history.gate import what_changed
-    from pytest_kimi.history.trend import trends
+    from pytest_kimi.history.trend import change_data, trends
 
     if cluster is not None and cluster not in {run.cluster for run in history.runs()}:
         raise HistoryError(f"{history.path}: no runs on cluster {cluster!r}")
@@ -140,9 +140,8 @@ def _changes(history: History, cluster: str | None, as_json: bool) -> int:
     if as_json:
         print(json.dumps([{
             "cluster": t.cluster, "experiment": t.experiment, "case": t.case,
-            "metric": t.metric, "run_id": t.runs[c.index].run_id, "uid": t.runs[c.index].uid,
-            "finished_at": t.runs[c.index].finished_at, "before": c.before, "after": c.after,
-            "change": c.worse, "direction": c.direction, "noise": t.noise, "limit": t.limit,
+            "metric": t.metric, **change_data(t, c), "uid": t.runs[c.index].uid,
+            "finished_at": t.runs[c.index].finished_at, "noise": t.noise, "limit": t.limit,
             "previous_run_id": t.runs[c.index - 1].run_id,
         } for t, c in found], indent=2))  # fmt: skip
         return 0

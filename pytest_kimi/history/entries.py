@@ -80,6 +80,11 @@ def experiment_key(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def experiment_id(inputs: Inputs, result: LayoutResult) -> str:
+    """The key of the result's experiment: the series it belongs to in the history."""
+    return experiment_key(experiment(inputs, result))
+
+
 def result_records(inputs: Inputs, results: Sequence[LayoutResult]) -> list[ResultRecord]:
     """Each (layout, point): figures and samples when measured, else why not."""
     from pytest_kimi.judge import baseline_entry

@@ -138,6 +138,11 @@ class SeriesKey:
     layout: str
     point: str
 
+    @property
+    def case(self) -> str:
+        """``tp32``, or ``tp32-c8`` (as test ids and reports name it)."""
+        return f"{self.layout}-{self.point}" if self.point else self.layout
+
 
 class History:
     """One history file. Every method opens its own connection: safe from several processes

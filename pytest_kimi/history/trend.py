@@ -15,19 +15,23 @@ from typing import Any
 
 from pytest_kimi import catalogue
 from pytest_kimi.history.changes import K_NOISE, Change, change_points, level, noise, segments
-from pytest_kimi.history.store import History, RunRecord, SeriesEntry
+from pytest_kimi.history.store import History, RunRecord, SeriesEntry, SeriesKey
 
 THROUGHPUT_FLOOR = 0.01  # a throughput's limit from the spread is never below 1%
 
 
+def floor_of(metric: str, threshold: float) -> float:
+    """The smallest relative step that counts: the metric's threshold, or for a throughput
+    (one number per run) :data:`THROUGHPUT_FLOOR`, so that its history's spread decides."""
+    return threshold if catalogue.metric(metric).per_request else THROUGHPUT_FLOOR
+
+
 def limit_of(metric: str, threshold: float, sigma: float | None, nights: int = 1) -> float:
-    """The relative change that counts: the metric's threshold (for a throughput, one number
-    per run, :data:`THROUGHPUT_FLOOR`: its history's spread decides) or K_NOISE x the spread
-    of ``nights`` nights' mean, whichever is larger; without a spread yet, the threshold."""
+    """The relative change that counts: :func:`floor_of` or K_NOISE x the spread of
+    ``nights`` nights' mean, whichever is larger; without a spread yet, the threshold."""
     if sigma is None:
         return threshold
-    floor = threshold if catalogue.metric(metric).per_request else THROUGHPUT_FLOOR
-    return max(floor, math.expm1(K_NOISE * sigma / math.sqrt(nights)))
+    return max(floor_of(metric, threshold), math.expm1(K_NOISE * sigma / math.sqrt(nights)))
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,10 @@ class Trend:
     ) -> Trend:
         """The trend of ``series`` (a history series, oldest first); ``threshold`` is the
         metric's gate threshold (``--kimi-fail``)."""
-        m = catalogue.metric(metric)
         entries = [e for e in series if e.value is not None]
         values = [float(e.value) for e in entries]  # type: ignore[arg-type]
-        floor = threshold if m.per_request else THROUGHPUT_FLOOR
-        changes = change_points(values, m.higher_is_better, floor)
+        higher_is_better = catalogue.metric(metric).higher_is_better
+        changes = change_points(values, higher_is_better, floor_of(metric, threshold))
         sigma = noise(values, [c.index for c in changes])
         spans = segments(len(values), changes) if values else []
         levels = tuple((a, b, level(values[a:b])) for a, b in spans)
@@ -69,9 +72,22 @@ class Trend:
     def runs(self) -> list[RunRecord]:
         return [e.run for e in self.entries]
 
-    @property
-    def higher_is_better(self) -> bool:
-        return catalogue.metric(self.metric).higher_is_better
+
+def trend_of(
+    history: History,
+    key: SeriesKey,
+    metric: str,
+    threshold: float,
+    *,
+    since: str | None = None,
+    window: int | None = None,
+) -> Trend:
+    """The trend of one series' ``metric``: its runs from the run ``since`` on (a uid), the
+    last ``window`` of them; ``threshold`` is the metric's gate threshold."""
+    series = history.series(key.experiment, key.layout, key.point, metric,
+                            cluster=key.cluster, since=since)  # fmt: skip
+    return Trend.of(key.case, metric, series[-window:] if window else series, threshold,
+                    cluster=key.cluster, experiment=key.experiment)  # fmt: skip
 
 
 def trends(
@@ -81,17 +97,9 @@ def trends(
     cluster, experiment, (layout, point) and metric the results hold. ``thresholds`` are the
     gate's (default: :data:`pytest_kimi.catalogue.DEFAULT_THRESHOLDS`, as ``changes`` uses)."""
     limits = catalogue.DEFAULT_THRESHOLDS if thresholds is None else thresholds
-    out = []
-    for where in history.experiments(cluster):
-        case = f"{where.layout}-{where.point}" if where.point else where.layout
-        for metric in sorted(limits):
-            series = history.series(where.experiment, where.layout, where.point, metric,
-                                    cluster=where.cluster)  # fmt: skip
-            trend = Trend.of(case, metric, series, limits[metric], cluster=where.cluster,
-                             experiment=where.experiment)  # fmt: skip
-            if trend.entries:
-                out.append(trend)
-    return out
+    found = (trend_of(history, key, metric, limits[metric])
+             for key in history.experiments(cluster) for metric in sorted(limits))  # fmt: skip
+    return [trend for trend in found if trend.entries]
 
 
 def trend_data(trend: Trend) -> dict[str, Any]:
@@ -113,41 +121,37 @@ def trend_data(trend: Trend) -> dict[str, Any]:
         ],
         "noise": trend.noise,
         "limit": trend.limit,
-        "changes": [
-            {
-                "index": c.index,
-                "run_id": trend.runs[c.index].run_id,
-                "before": c.before,
-                "after": c.after,
-                "change": c.worse,
-                "direction": c.direction,
-            }
-            for c in trend.changes
-        ],
+        "changes": [change_data(trend, c) for c in trend.changes],
+    }
+
+
+def change_data(trend: Trend, change: Change) -> dict[str, Any]:
+    """A change point as JSON (the report's model, ``history changes --json``)."""
+    return {
+        "index": change.index,
+        "run_id": trend.runs[change.index].run_id,
+        "before": change.before,
+        "after": change.after,
+        "change": change.worse,
+        "direction": change.direction,
     }
 
 
 def report_trends(
     history: History,
-    cluster: str,
-    series: Sequence[tuple[str, str, str, str]],
+    keys: Sequence[SeriesKey],
     thresholds: Mapping[str, float],
     *,
     since: str | None = None,
-    window: int = 60,
+    window: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The report's trend section: per gated metric, each case's trend as the history gate
-    reads it (``series``: case, layout, point, experiment key; from the run ``since`` on,
-    the last ``window`` runs), for the cases with at least one run."""
+    """The report's trend section: per gated metric, the trend of each series in ``keys`` (this
+    run's cases) as the history gate reads it, for the cases with at least one run."""
     out = []
     for metric in sorted(thresholds):
-        cases = {}
-        for case, layout, point, experiment in series:
-            found = history.series(experiment, layout, point, metric, cluster=cluster,
-                                   since=since)  # fmt: skip
-            trend = Trend.of(case, metric, found[-window:], thresholds[metric])
-            if trend.entries:
-                cases[case] = trend_data(trend)
+        found = (trend_of(history, key, metric, thresholds[metric], since=since, window=window)
+                 for key in keys)  # fmt: skip
+        cases = {trend.case: trend_data(trend) for trend in found if trend.entries}
         if cases:
             out.append({"metric": metric, "cases": cases})
     return out

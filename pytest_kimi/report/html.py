@@ -137,10 +137,12 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 )
 
 
-def svg(fig: plt.Figure) -> str:
-    """The figure as inline SVG markup (closed afterwards)."""
+def svg(fig: plt.Figure, *, trim: bool = True) -> str:
+    """The figure as inline SVG markup (closed afterwards), trimmed to what it draws unless
+    it is laid out already (``trim=False``, or a layout engine): trimming draws it twice."""
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    trim = trim and fig.get_layout_engine() is None
+    fig.savefig(buffer, format="svg", bbox_inches="tight" if trim else None)
     plt.close(fig)
     text = buffer.getvalue()
     return text[text.index("<svg") :]
@@ -185,6 +187,15 @@ def _timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if not r.warmup and r.end_time is not None]
 
 
+# The timeline figure's layout, in inches. It is placed here rather than by a layout engine:
+# with a GPU panel per node (and a power axis on each) constrained layout and a trimmed
+# bounding box drew the figure three times, seconds per report.
+TIMELINE_WIDTH, TIMELINE_HEIGHT = 9.0, 2.6
+TITLE_SPACE, NODE_TITLE_SPACE, XLABEL_SPACE, PANEL_GAP = 0.6, 0.3, 0.55, 0.15
+RIGHT_SPACE = 0.65  # the power axis' tick labels
+CHAR_WIDTH = 0.07  # inches per character of an 8-point label: the left margin's estimate
+
+
 def _timeline_plot(
     records: Mapping[str, Sequence[RequestRecord]],
     time_scale: float,
@@ -200,19 +211,28 @@ def _timeline_plot(
         if series is not None and series.samples:
             first = min(r.latency_start for r in _timed(records[name]))
             curves[name] = curves_for(series, first)
-    heights = []
-    for name in layouts:
-        heights += [2.6] + [PANEL_HEIGHT] * len(curves.get(name, {}))
-    fig = plt.figure(figsize=(9, sum(heights)), layout="constrained")
-    grid = iter(fig.add_gridspec(len(heights), 1, height_ratios=heights))
-    for name in layouts:
-        ax = fig.add_subplot(next(grid))
+    blocks = [_block_height(len(curves.get(name, {}))) for name in layouts]
+    height = sum(blocks)
+    labels = [rep for name in layouts for rep, _ in timeline_rows(_timed(records[name]))]
+    labels += [node for name in layouts for node in curves.get(name, {})]
+    left = max(0.9, 0.35 + CHAR_WIDTH * max(len(label) for label in labels))
+    fig = plt.figure(figsize=(TIMELINE_WIDTH, height))
+    x0, width = left / TIMELINE_WIDTH, 1 - (left + RIGHT_SPACE) / TIMELINE_WIDTH
+
+    def axes(top: float, tall: float, **kwargs: Any) -> Axes:
+        """An axes whose top edge is ``top`` inches below the figure's top."""
+        return fig.add_axes((x0, (height - top - tall) / height, width, tall / height), **kwargs)
+
+    top = 0.0
+    for name, block in zip(layouts, blocks, strict=True):
+        ax = axes(top + TITLE_SPACE, TIMELINE_HEIGHT)
         _draw_timeline(ax, name, _timed(records[name]), time_scale, counters)
-        node_axes = [fig.add_subplot(next(grid), sharex=ax) for _ in curves.get(name, {})]
-        for i, (node_ax, (node, curve)) in enumerate(
-            zip(node_axes, curves.get(name, {}).items(), strict=True)
-        ):
+        panel_top = top + TITLE_SPACE + TIMELINE_HEIGHT + NODE_TITLE_SPACE
+        node_axes = []
+        for i, (node, curve) in enumerate(curves.get(name, {}).items()):
+            node_ax = axes(panel_top + i * (PANEL_HEIGHT + PANEL_GAP), PANEL_HEIGHT, sharex=ax)
             draw_node(node_ax, node, curve, legend=i == 0)
+            node_axes.append(node_ax)
         if node_axes:
             ax.set_xlabel("")
             for other in [ax, *node_axes[:-1]]:
@@ -221,7 +241,14 @@ def _timeline_plot(
                                    "GPUs)", fontsize=9)  # fmt: skip
             node_axes[-1].set_xlabel("cluster time since the first request (s)")
         ax.set_xlim(*_span(_timed(records[name]), time_scale))
-    return svg(fig)
+        top += block
+    return svg(fig, trim=False)
+
+
+def _block_height(nodes: int) -> float:
+    """One layout's share of the timeline figure, in inches: its timeline, its node panels."""
+    panels = NODE_TITLE_SPACE + nodes * PANEL_HEIGHT + (nodes - 1) * PANEL_GAP if nodes else 0
+    return TITLE_SPACE + TIMELINE_HEIGHT + panels + XLABEL_SPACE
 
 
 def _span(measured: Sequence[RequestRecord], time_scale: float) -> tuple[float, float]:

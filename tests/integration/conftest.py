@@ -11,11 +11,20 @@ import pytest
 
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.procgroup import group_alive
-from pytest_kimi.testing.processes import Proc, mock_argv
+from pytest_kimi.testing.processes import NO_HYPOTHESIS, Proc, mock_argv
 
 # httpx imports httpcore lazily, on first use. A pytester test restores sys.modules when it
 # ends, so if that first use happens inside one, httpcore is imported again later with new
 # exception classes, and httpx no longer recognises (maps) its errors. Import it up front.
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's own, with its child runs (in process or not) loading no hypothesis plugin
+    (:data:`~pytest_kimi.testing.processes.NO_HYPOTHESIS`): ``runpytest_subprocess`` passes
+    each name in ``plugins`` as ``-p``, an in-process run blocks it the same way."""
+    pytester.plugins.append(NO_HYPOTHESIS[1])
+    return pytester
 
 
 @pytest.fixture

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 from test_watchdog_run import _proc, _victim, pids_where, run_with_fault
+
+from pytest_kimi.testing.processes import pytest_argv
 
 pytest_plugins = ["pytester"]
 
@@ -73,7 +74,7 @@ def test_an_abort_stops_the_client_on_the_node_and_keeps_its_records(
     ) + ON_NODE + "watchdog: {interval_s: 0.3}\n"  # fmt: skip
     pytester.makefile(".yaml", cluster=cluster)
     out = pytester.path / "out"
-    argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide",
+    argv = [*pytest_argv(), "--cluster=cluster.yaml", "--layout=wide",
             "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
     log = pytester.path / "run.log"
     clients: list[int] = []

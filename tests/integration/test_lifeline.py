@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from pytest_kimi.options import DEFAULT_CLUSTER
+from pytest_kimi.testing.processes import pytest_argv
 
 ROOT = Path(__file__).parents[2]
 PERF = ROOT / "tests" / "perf"
@@ -68,7 +69,7 @@ def test_kill_9_of_pytest_mid_run_leaves_no_mock_server_or_router(tmp_path: Path
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(slow.replace("num_requests: 40", "num_requests: 24"))
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}", "--layout=tp32",
+    argv = [*pytest_argv(), str(PERF), f"--cluster={cluster}", "--layout=tp32",
             f"--kimi-report-dir={out}", "-p", "no:cacheprovider", f"--rootdir={ROOT}",
             "-q"]  # fmt: skip
     log = tmp_path / "pytest.log"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pytest_kimi.options import DEFAULT_CLUSTER
+from pytest_kimi.testing.processes import pytest_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +22,7 @@ def _cluster(tmp_path: Path) -> Path:
 
 
 def _pytest(tmp_path: Path, cluster: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "perf"), f"--cluster={cluster}",
+    argv = [*pytest_argv(), str(ROOT / "tests" / "perf"), f"--cluster={cluster}",
             f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider", "-q",
             f"--rootdir={ROOT}", *args]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)

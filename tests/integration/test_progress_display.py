@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kimi.testing.processes import pytest_argv
+
 pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).parent
@@ -93,7 +95,7 @@ def run_in_pty(argv: list[str], cwd: Path, columns: int = 120) -> tuple[int, str
 
 
 def test_terminal_gets_the_live_display(project: pytest.Pytester, leftovers):
-    code, text = run_in_pty([sys.executable, "-m", "pytest", *ARGS], project.path)
+    code, text = run_in_pty([*pytest_argv(), *ARGS], project.path)
     assert code == 0, text[-3000:]
     assert "5 passed" in text
     assert CURSOR_HIDE in text  # rich drew a live area

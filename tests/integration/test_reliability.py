@@ -18,7 +18,7 @@ from pytest_kimi.deploy.deployment import Deployment
 from pytest_kimi.deploy.executor import LocalExecutor
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.procgroup import group_alive
-from pytest_kimi.testing.processes import signal_when
+from pytest_kimi.testing.processes import pytest_argv, signal_when
 
 pytest_plugins = ["pytester"]
 
@@ -161,7 +161,7 @@ def test_ctrl_c_between_starting_a_process_and_knowing_it_leaves_nothing(tmp_pat
 def _signal_when(project: pytest.Pytester, cluster: str, ready, sig: signal.Signals, *args: str):
     """Run the perf tests in a subprocess; send ``sig`` once ``ready(log_text, out_dir)``."""
     project.makefile(".yaml", cluster=cluster)
-    argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide,deep",
+    argv = [*pytest_argv(), "--cluster=cluster.yaml", "--layout=wide,deep",
             "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v", *args]  # fmt: skip
     out = project.path / "out"
     return signal_when(argv, project.path / "run.log", lambda log: ready(log, out), sig,

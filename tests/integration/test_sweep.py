@@ -50,6 +50,7 @@ def test_two_layouts_at_two_points(pytester: pytest.Pytester, leftovers) -> None
     wrapper.chmod(0o755)
     cluster = yaml.safe_load(DEFAULT_CLUSTER.read_text())
     cluster["server"]["wrapper"] = [str(wrapper)]
+    cluster["mock"]["time_scale"] = 200  # 5x the shipped: one clock keeps cluster time the same
     (pytester.path / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     pytester.makepyfile(test_speedbench=PERF_TEST)
     result = pytester.runpytest_subprocess(

@@ -13,6 +13,7 @@ import pytest
 from pytest_kimi.config import load_cluster
 from pytest_kimi.mock import mission
 from pytest_kimi.mock.calibrate import CELLS  # the seed table's twelve cells
+from pytest_kimi.testing.processes import pytest_argv
 
 pytest_plugins = ["pytester"]
 
@@ -23,15 +24,18 @@ TOLERANCE = 0.01  # each live cell within 1% of the twin: two live runs within 2
 
 @pytest.fixture(scope="module")
 def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One run of the mission's command on the mock, with tp32-cp4k; its run folder."""
+    """One run of the mission's command on the mock, with tp32-cp4k; its run folder. It plays
+    the cluster at 5x the shipped time scale: on one clock, cluster time (all the twin knows)
+    does not depend on how fast the wall clock plays it."""
     import subprocess
-    import sys
 
     work = tmp_path_factory.mktemp("twin-live")
     (work / "test_speedbench.py").write_text((ROOT / "tests/perf/test_speedbench.py").read_text())
-    (work / "local.yaml").write_text(LOCAL.read_text())
+    shipped = LOCAL.read_text()
+    assert "\n  time_scale: 40 " in shipped
+    (work / "local.yaml").write_text(shipped.replace("\n  time_scale: 40 ", "\n  time_scale: 200 "))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k",
+        [*pytest_argv(), "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k",
          "--kimi-report-dir=out", "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
         cwd=work, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -6,12 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from pytest_kimi.testing.processes import pytest_argv
 
 pytest_plugins = ["pytester"]
 
@@ -86,7 +87,7 @@ def test_a_rank1_process_killed_mid_run_fails_the_layout_at_once_naming_it(
     ) + "watchdog: {interval_s: 0.3}\n"
     pytester.makefile(".yaml", cluster=cluster)
     out = pytester.path / "out"
-    argv = [sys.executable, "-m", "pytest", "--cluster=cluster.yaml", "--layout=wide",
+    argv = [*pytest_argv(), "--cluster=cluster.yaml", "--layout=wide",
             "--kimi-report-dir=out", "-p", "no:cacheprovider", "-v"]  # fmt: skip
     log = pytester.path / "run.log"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_kimi.testing.processes import signal_when
+from pytest_kimi.testing.processes import pytest_argv, signal_when
 
 ROOT = Path(__file__).resolve().parents[2]
 PERF = ROOT / "tests" / "perf"
@@ -87,7 +87,7 @@ def _cluster_yaml(ssh_hosts, path: Path, *, node_env: dict[str, dict[str, str]] 
 
 def _run_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, *args: str, env=None):
     argv = [
-        sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+        *pytest_argv(), str(PERF), f"--cluster={cluster}",
         f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
         f"--rootdir={ROOT}", "-q", *args,
     ]  # fmt: skip
@@ -203,7 +203,7 @@ def test_wrong_host_key_or_refused_auth_names_host_and_cause(ssh_hosts, tmp_path
 def _interrupt_in_hub(ssh_hosts, tmp_path: Path, cluster: Path, ready, sig) -> tuple[int, str]:
     """Run the perf tests in the hub; send ``sig`` to pytest once ``ready(log_text)``."""
     argv = [
-        sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+        *pytest_argv(), str(PERF), f"--cluster={cluster}",
         f"--kimi-report-dir={tmp_path / 'out'}", "-p", "no:cacheprovider",
         f"--rootdir={ROOT}", "-v", "--layout=tp32,pp8",
     ]  # fmt: skip

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import yaml
@@ -21,7 +20,7 @@ from test_ssh_deploy import PERF, ROOT, _assert_no_processes, _cluster_yaml, _ru
 from pytest_kimi.config import Node
 from pytest_kimi.deploy import leftovers, remote
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.testing.processes import signal_when
+from pytest_kimi.testing.processes import pytest_argv, signal_when
 
 
 def _kill_everything(ssh_hosts) -> None:
@@ -46,7 +45,7 @@ def test_a_sigkilled_harness_leaves_processes_the_next_run_refuses_and_reap_stop
     data["mock"]["time_scale"] = 10  # a run long enough to land in
     cluster.write_text(yaml.safe_dump(data, sort_keys=False))
     first = tmp_path / "first"
-    argv = [sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+    argv = [*pytest_argv(), str(PERF), f"--cluster={cluster}",
             f"--kimi-report-dir={first}", "-p", "no:cacheprovider", f"--rootdir={ROOT}", "-q",
             "--layout=tp32"]  # fmt: skip
     try:

@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 from test_ssh_deploy import PERF, ROOT, _assert_no_processes, _cluster_yaml
 
+from pytest_kimi.testing.processes import pytest_argv
+
 # Takes every node's lock (as a run does), says so, then holds it until stdin ends or it is
 # killed; exit 75 with the refusal when another holds a node.
 TAKER = """
@@ -60,7 +62,7 @@ def _take(ssh_hosts, cluster: Path, run_id: str, **kwargs) -> subprocess.Complet
 
 def _pytest(cluster: Path, out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+        *pytest_argv(), str(PERF), f"--cluster={cluster}",
         f"--kimi-report-dir={out}", "-p", "no:cacheprovider", f"--rootdir={ROOT}", "-v",
         "--layout=tp32",
     ]  # fmt: skip

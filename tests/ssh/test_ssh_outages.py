@@ -17,13 +17,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from test_ssh_deploy import PERF, ROOT, _assert_no_processes, _cluster_yaml, _run_in_hub
+
+from pytest_kimi.testing.processes import pytest_argv
 
 OUTAGE_S = 15.0
 
@@ -41,7 +42,7 @@ def _yaml(ssh_hosts, tmp_path: Path, *, node_env=None, **changes) -> tuple[Path,
 
 
 def _argv(cluster: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", str(PERF), f"--cluster={cluster}",
+    return [*pytest_argv(), str(PERF), f"--cluster={cluster}",
             f"--kimi-report-dir={out}", "-p", "no:cacheprovider", f"--rootdir={ROOT}", "-q",
             "--layout=tp32"]  # fmt: skip
 

@@ -17,7 +17,7 @@ from pytest_kimi.history import History, RunRecord
 from pytest_kimi.history.__main__ import main
 from pytest_kimi.history.changes import K_NOISE, change_points, noise
 from pytest_kimi.history.gate import SeriesJudgement, Tonight, judge_series
-from pytest_kimi.history.store import ResultRecord, SeriesEntry
+from pytest_kimi.history.store import ResultRecord, SeriesEntry, SeriesKey
 from pytest_kimi.history.trend import THROUGHPUT_FLOOR, Trend, limit_of
 
 TPOT_THRESHOLD = 0.05
@@ -215,7 +215,7 @@ def test_the_reports_trend_marks_the_change_and_the_noise_band(tmp_path: Path) -
     from pytest_kimi.report.trendplot import trend_caption, trend_figure
 
     store = _store(tmp_path)
-    trends = report_trends(store, "c1", [("tp32-c8", "tp32", "c8", "exp1")],
+    trends = report_trends(store, [SeriesKey("c1", "exp1", "tp32", "c8")],
                            {"tpot_mean": 0.05, "output_throughput": 0.05})  # fmt: skip
     [tpot] = trends  # no throughput was measured: no plot for it
     data = tpot["cases"]["tp32-c8"]

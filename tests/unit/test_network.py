@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from pytest_kimi.deploy.envinfo import RouterVersionError, router_version_proble
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
 from pytest_kimi.report.routermetrics import notes
+from pytest_kimi.testing.processes import pytest_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 PRO6000 = ROOT / "clusters" / "pro6000.yaml"
@@ -91,7 +91,7 @@ def test_socket_interface_is_overridable_by_server_and_node_env(pro6000: Cluster
 
 def test_dry_run_of_pro6000_shows_addresses_interfaces_and_router_settings() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "tests" / "perf"), f"--cluster={PRO6000}",
+        [*pytest_argv(), str(ROOT / "tests" / "perf"), f"--cluster={PRO6000}",
          "--kimi-dry-run", "--layout=tp32", "-p", "no:cacheprovider", f"--rootdir={ROOT}"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
