@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kimi.store import client_environment
 
 if TYPE_CHECKING:
-    from pytest_kimi.config import Layout
+    from pytest_kimi.config import ClusterConfig, Layout
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
     from pytest_kimi.points import Point
@@ -45,6 +45,28 @@ def _points(inputs: Inputs) -> list[dict[str, Any]]:
     ]
 
 
+def disaggregation(cluster: ClusterConfig, layout: Layout) -> dict[str, Any]:
+    """A disaggregated layout's sides as deployed: sizes, replicas, nodes, flags, policy."""
+    if not layout.disaggregated:
+        return {}
+    replicas = cluster.layout_replicas(layout)
+    return {
+        "transfer_backend": layout.transfer_backend,
+        "sides": [
+            {
+                "role": side.role, "tp": side.tp, "pp": side.pp, "ep": side.ep,
+                "replicas": side.replicas, "nodes_per_replica": side.nodes_per_replica,
+                "nodes": [n.name for r in replicas if r.side == side for n in r.nodes],
+                "server_args": cluster.server_args(layout, replicas_of_side[0]),
+                "router_policy": cluster.router_policy(layout, side),
+                "bootstrap_port": side.bootstrap_port if side.role == "prefill" else None,
+            }
+            for side in layout.sides
+            if (replicas_of_side := [r for r in replicas if r.side == side])
+        ],
+    }  # fmt: skip
+
+
 def manifest(
     inputs: Inputs,
     layout: Layout,
@@ -68,13 +90,15 @@ def manifest(
             "router_policy": cluster.router_policy(layout),
             "nodes": [n.name for n in cluster.used_nodes(layout)],
             "gpus": sum(n.gpus for n in cluster.used_nodes(layout)),
+            **disaggregation(cluster, layout),
         },
         "model": cluster.server.model_path,
         "cluster": {"name": cluster.name, "file": str(cluster.path)},
         "backend": inputs.backend,
         "time_scale": inputs.time_scale,
         "replicas": cluster.replicas_of(layout),
-        "nodes_per_replica": cluster.nodes_per_replica_of(layout),
+        # a disaggregated layout's are per side (layout.sides)
+        "nodes_per_replica": None if layout.disaggregated else cluster.nodes_per_replica_of(layout),
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             "request_rate": str(wl.request_rate),

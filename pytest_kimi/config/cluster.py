@@ -46,10 +46,32 @@ class Node:
 
 
 @dataclass(frozen=True)
+class PDSide:
+    """One side of a prefill/decode disaggregated layout (``--disaggregation-mode``)."""
+
+    role: str  # "prefill" or "decode"
+    tp: int
+    pp: int
+    ep: int
+    replicas: int
+    nodes_per_replica: int
+    args: tuple[tuple[str, Any], ...] = ()  # over server.args and the layout's args
+    env: tuple[tuple[str, str], ...] = ()  # over the layout's environment
+    policy: str | None = None  # the router's --prefill-policy / --decode-policy
+    bootstrap_port: int | None = 8998  # prefill: --disaggregation-bootstrap-port; None = auto
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.tp}/PP{self.pp}/EP{self.ep}"
+
+
+@dataclass(frozen=True)
 class Layout:
     """One configuration to measure: a parallel layout of one replica (tensor, pipeline and
     expert parallel sizes) and what else it changes from the cluster's defaults. The cluster
-    resolves the defaults (:meth:`ClusterConfig.replicas_of`, :meth:`ClusterConfig.server_args`)."""
+    resolves the defaults (:meth:`ClusterConfig.replicas_of`, :meth:`ClusterConfig.server_args`).
+    A disaggregated layout has ``sides`` (prefill, then decode) instead of one replica's sizes
+    (``tp``, ``pp``, ``ep`` are then 0)."""
 
     name: str
     tp: int
@@ -64,10 +86,32 @@ class Layout:
     router_node: str | None = None  # None: router.node
     router_policy: str | None = None  # None: router.policy
     router_args: tuple[tuple[str, Any], ...] = ()  # over router.args; None removes one
+    sides: tuple[PDSide, ...] = ()  # prefill and decode of a disaggregated layout
+    transfer_backend: str = "mooncake"  # disaggregated: --disaggregation-transfer-backend
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.sides)
 
     @property
     def label(self) -> str:
+        if self.disaggregated:
+            return " + ".join(f"{side.role} {side.label} x{side.replicas}" for side in self.sides)
         return f"TP{self.tp}/PP{self.pp}/EP{self.ep}"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of a layout as it is deployed: its index among all the layout's replicas,
+    its role (``""``; ``prefill`` or ``decode`` when disaggregated), sizes and nodes."""
+
+    index: int
+    role: str
+    tp: int
+    pp: int
+    ep: int
+    nodes: tuple[Node, ...]
+    side: PDSide | None = None
 
 
 @dataclass(frozen=True)
@@ -285,6 +329,9 @@ class ClusterConfig:
             ) from None
 
     def replicas_of(self, layout: Layout | None) -> int:
+        """How many replicas the layout deploys (both sides of a disaggregated one)."""
+        if layout is not None and layout.disaggregated:
+            return sum(side.replicas for side in layout.sides)
         return layout.replicas if layout is not None and layout.replicas else self.replicas
 
     def nodes_per_replica_of(self, layout: Layout) -> int:
@@ -299,14 +346,34 @@ class ClusterConfig:
     def replica_nodes(self, replica: int, layout: Layout | None = None) -> tuple[Node, ...]:
         """The nodes of one replica: the first replicas x nodes_per_replica of the layout's
         nodes, in order (without a layout: the cluster's default deployment)."""
+        if layout is not None and layout.disaggregated:
+            return self.layout_replicas(layout)[replica].nodes
         per = self.nodes_per_replica if layout is None else self.nodes_per_replica_of(layout)
         start = replica * per
         return self.layout_nodes(layout)[start : start + per]
 
+    def layout_replicas(self, layout: Layout) -> tuple[Replica, ...]:
+        """Every replica the layout deploys, in order: each takes the next nodes of the
+        layout's; a disaggregated layout's prefill replicas first, then its decode ones."""
+        if not layout.disaggregated:
+            return tuple(
+                Replica(i, "", layout.tp, layout.pp, layout.ep, self.replica_nodes(i, layout))
+                for i in range(self.replicas_of(layout))
+            )
+        nodes, out, start = self.layout_nodes(layout), [], 0
+        for side in layout.sides:
+            for _ in range(side.replicas):
+                end = start + side.nodes_per_replica
+                out.append(Replica(len(out), side.role, side.tp, side.pp, side.ep,
+                                   nodes[start:end], side))  # fmt: skip
+                start = end
+        return tuple(out)
+
     def used_nodes(self, layout: Layout | None = None) -> tuple[Node, ...]:
         """Every node a layout's servers run on (without a layout: the default deployment's)."""
-        replicas = range(self.replicas_of(layout))
-        return tuple(node for r in replicas for node in self.replica_nodes(r, layout))
+        if layout is not None:
+            return tuple(node for replica in self.layout_replicas(layout) for node in replica.nodes)
+        return tuple(node for r in range(self.replicas) for node in self.replica_nodes(r))
 
     def deployment_nodes(self, layout: Layout | None = None) -> tuple[Node, ...]:
         """Every node a deployment touches: its servers' nodes, then the router's if it is not
@@ -316,19 +383,24 @@ class ClusterConfig:
         used.setdefault(router.name, router)
         return tuple(used.values())
 
-    def server_args(self, layout: Layout) -> dict[str, Any]:
-        """server.args with the layout's own changes (a None value removes a flag)."""
-        return merged(self.server.args, layout.args)
+    def server_args(self, layout: Layout, replica: Replica | None = None) -> dict[str, Any]:
+        """server.args with the layout's own changes (a None value removes a flag), then those
+        of the replica's side of a disaggregated layout."""
+        side = replica.side if replica is not None else None
+        return merged(merged(self.server.args, layout.args), side.args if side else ())
 
-    def server_env(self, layout: Layout) -> dict[str, str]:
-        return {**self.server.env, **dict(layout.env)}
+    def server_env(self, layout: Layout, replica: Replica | None = None) -> dict[str, str]:
+        side = replica.side if replica is not None else None
+        return {**self.server.env, **dict(layout.env), **dict(side.env if side else ())}
 
     def router_node(self, layout: Layout | None = None) -> Node:
         own = layout.router_node if layout is not None else None
         return self.node(own or self.router.node)
 
-    def router_policy(self, layout: Layout) -> str:
-        return layout.router_policy or self.router.policy
+    def router_policy(self, layout: Layout, side: PDSide | None = None) -> str:
+        """The router's policy for the layout (for one side of a disaggregated one)."""
+        own = side.policy if side is not None else None
+        return own or layout.router_policy or self.router.policy
 
     def router_args(self, layout: Layout) -> dict[str, Any]:
         return merged(self.router.args, layout.router_args)

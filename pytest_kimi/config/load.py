@@ -27,6 +27,7 @@ from pytest_kimi.config.cluster import (
     MockConfig,
     NetworkConfig,
     Node,
+    PDSide,
     PreflightConfig,
     RouterConfig,
     ServerConfig,
@@ -131,8 +132,16 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
 
 def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
+    sides = tuple(
+        PDSide(role, side.tp, side.pp, side.ep, side.replicas, side.nodes_per_replica,
+               args=tuple(side.args.items()), env=tuple(side.env.items()), policy=side.policy,
+               bootstrap_port=_port(side.bootstrap_port))
+        for role, side in (("prefill", layout.prefill), ("decode", layout.decode))
+        if side is not None
+    )  # fmt: skip
+    unified = (layout.tp, layout.pp, layout.ep) if not sides else (0, 0, 0)
     return Layout(
-        name, layout.tp, layout.pp, layout.ep, tuple(layout.slo.items()),
+        name, *unified, tuple(layout.slo.items()),
         args=tuple(layout.args.items()),
         env=tuple(layout.env.items()),
         nodes=tuple(layout.nodes or ()),
@@ -141,6 +150,8 @@ def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
         router_node=layout.router.node,
         router_policy=layout.router.policy,
         router_args=tuple(layout.router.args.items()),
+        sides=sides,
+        transfer_backend=layout.transfer_backend,
     )  # fmt: skip
 
 

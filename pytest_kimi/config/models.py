@@ -159,15 +159,65 @@ class LayoutRouter(_Model):
     )
 
 
-class LayoutModel(_Model):
-    """One configuration to measure: a parallel layout of one replica (TP x PP must equal the
-    replica's GPUs) and whatever else differs from the cluster's defaults."""
+TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori")  # SGLang 0.5.9's choices
 
-    model_config = ConfigDict(title="Layout")
 
-    tp: Count = Field(description="Tensor-parallel size.")
+class PDSide(_Model):
+    """One side of a prefill/decode disaggregated layout: its servers run with SGLang's
+    ``--disaggregation-mode prefill`` (or ``decode``), with their own parallel sizes, replicas,
+    nodes and flags. The prefill side's replicas take the layout's first nodes, in order."""
+
+    model_config = ConfigDict(title="PD side")
+
+    tp: Count = Field(description="Tensor-parallel size of this side's replicas.")
     pp: Count = Field(1, description="Pipeline-parallel size.")
     ep: Count = Field(1, description="Expert-parallel size; must divide tp.")
+    replicas: Count = Field(1, description="Replicas of this side behind the router.")
+    nodes_per_replica: Count = Field(description="Nodes one of its replicas spans.")
+    args: FlagChanges = Field(
+        default_factory=dict,
+        description="Server flags of this side, over server.args and the layout's args; "
+        "a value of null removes one.",
+    )
+    env: Env = Field(default_factory=dict, description="Environment over the layout's.")
+    policy: Text | None = Field(
+        None,
+        description="The router's policy for this side (--prefill-policy / --decode-policy); "
+        "default: the layout's router.policy, else router.policy.",
+    )
+    bootstrap_port: Port = Field(
+        8998,
+        description="prefill: the port of each replica's KV bootstrap server "
+        "(--disaggregation-bootstrap-port, SGLang's default 8998; 'auto' on local clusters).",
+    )
+
+
+class LayoutModel(_Model):
+    """One configuration to measure: a parallel layout of one replica (TP x PP must equal the
+    replica's GPUs) and whatever else differs from the cluster's defaults; or, with
+    ``prefill`` and ``decode`` instead of ``tp``, a prefill/decode disaggregated deployment."""
+
+    model_config = ConfigDict(
+        title="Layout",
+        json_schema_extra={"anyOf": [{"required": ["tp"]}, {"required": ["prefill", "decode"]}]},
+    )
+
+    tp: Count | None = Field(
+        None, description="Tensor-parallel size (required, unless prefill and decode are set)."
+    )
+    pp: Count = Field(1, description="Pipeline-parallel size.")
+    ep: Count = Field(1, description="Expert-parallel size; must divide tp.")
+    prefill: PDSide | None = Field(
+        None, description="Prefill side of a disaggregated layout (with decode, not tp)."
+    )
+    decode: PDSide | None = Field(
+        None, description="Decode side of a disaggregated layout (with prefill, not tp)."
+    )
+    transfer_backend: one_of(*TRANSFER_BACKENDS) = Field(
+        "mooncake",
+        description="Disaggregated layouts: the KV transfer backend of both sides "
+        "(--disaggregation-transfer-backend).",
+    )
     slo: dict[str, TextValue] = Field(
         default_factory=dict, description="SLOs for this layout only (override the cluster's)."
     )

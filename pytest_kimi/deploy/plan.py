@@ -38,6 +38,8 @@ class ProcessSpec:
     setup: tuple[str, ...] = ()  # shell lines run before argv, in the same shell
     container: ContainerConfig | None = None
     addr: str = ""  # the data-network address it binds and is reached at; "" = node.host
+    disaggregation: str = ""  # a disaggregated layout's side: "prefill" or "decode"
+    bootstrap_port: int | None = None  # a prefill head: its KV bootstrap server's port
 
     @property
     def bind_addr(self) -> str:
@@ -88,7 +90,8 @@ class DeploymentPlan:
         return (*self.servers, self.router)
 
     def rank0(self) -> list[ProcessSpec]:
-        """The HTTP-serving process of each replica (what the router registers)."""
+        """The HTTP-serving process of each replica (what the router registers; in a
+        disaggregated layout the prefill heads, then the decode heads)."""
         return [s for s in self.servers if s.rank == 0]
 
     @property
@@ -169,6 +172,48 @@ def mock_clock_path(cluster: ClusterConfig, scope: str | None) -> str | None:
     return f"{cluster.work_dir.rstrip('/')}/mock-clock/{scope}/clock"
 
 
+def _disaggregation_flags(layout: Layout, role: str, bootstrap: int | None) -> list[str]:
+    """SGLang's flags for one side of a disaggregated layout (none for a unified replica):
+    its mode and transfer backend; the prefill's bootstrap port and the decode side's TP (its
+    KV is sliced for it), the decode's view of the prefill's PP (it pulls every stage's KV)."""
+    if not role:
+        return []
+    prefill, decode = layout.sides
+    flags = ["--disaggregation-mode", role,
+             "--disaggregation-transfer-backend", layout.transfer_backend]  # fmt: skip
+    if role == "prefill":
+        flags += ["--disaggregation-bootstrap-port", str(bootstrap),
+                  "--disaggregation-decode-tp", str(decode.tp)]  # fmt: skip
+    else:
+        flags += ["--disaggregation-prefill-pp", str(prefill.pp)]
+    return flags
+
+
+def _router_workers(
+    cluster: ClusterConfig, layout: Layout, heads: list[ProcessSpec]
+) -> list[str]:
+    """The router's workers and policy: ``--worker-urls`` of every replica head, or in PD mode
+    (sglang-router's ``--pd-disaggregation``) one ``--prefill URL BOOTSTRAP_PORT`` per prefill
+    head, one ``--decode URL`` per decode head, and a policy per side."""
+    if not layout.disaggregated:
+        return ["--worker-urls", *(s.url for s in heads),
+                "--policy", cluster.router_policy(layout)]  # fmt: skip
+    argv = ["--pd-disaggregation"]
+    for spec in heads:
+        if spec.disaggregation == "prefill":
+            argv += ["--prefill", spec.url, str(spec.bootstrap_port)]
+    for spec in heads:
+        if spec.disaggregation == "decode":
+            argv += ["--decode", spec.url]
+    prefill, decode = layout.sides
+    return [
+        *argv,
+        "--policy", cluster.router_policy(layout),
+        "--prefill-policy", cluster.router_policy(layout, prefill),
+        "--decode-policy", cluster.router_policy(layout, decode),
+    ]  # fmt: skip
+
+
 def resolve_model_path(value: str) -> str:
     """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
     if value == BUILTIN_TOKENIZER:
@@ -215,30 +260,37 @@ def plan_deployment(
     clock = mock_clock_path(cluster, gpu_scope)
     model_path = resolve_model_path(srv.model_path)
     servers: list[ProcessSpec] = []
-    for replica in range(cluster.replicas_of(layout)):
-        nodes = cluster.replica_nodes(replica, layout)
+    per_role: dict[str, int] = {}  # prefill0, prefill1, decode0: numbered within their side
+    for replica in cluster.layout_replicas(layout):
+        number = per_role[replica.role] = per_role.get(replica.role, -1) + 1
+        nodes = replica.nodes
         head = nodes[0]
         dist_port = port(srv.dist_init_port, head.host)
         head_addr = addr(head) or head.host
+        bootstrap = None
+        if replica.role == "prefill":
+            assert replica.side is not None
+            bootstrap = port(replica.side.bootstrap_port, head.host)
         for rank, node in enumerate(nodes):
             http_port = port(srv.port, node.host)
             argv = [
                 *srv.wrapper, srv.python, "-m", srv.module,
                 "--model-path", model_path,
-                "--tp-size", str(layout.tp),
-                "--pp-size", str(layout.pp),
-                "--ep-size", str(layout.ep),
+                "--tp-size", str(replica.tp),
+                "--pp-size", str(replica.pp),
+                "--ep-size", str(replica.ep),
                 "--nnodes", str(len(nodes)),
                 "--node-rank", str(rank),
                 "--dist-init-addr", f"{_url_host(head_addr)}:{dist_port}",
                 "--host", addr(node) or node.host,
                 "--port", str(http_port),
-                *_flags(cluster.server_args(layout)),
+                *_disaggregation_flags(layout, replica.role, bootstrap),
+                *_flags(cluster.server_args(layout, replica)),
             ]  # fmt: skip
             if srv.module == MOCK_MODULE and cluster.mock is not None:
                 argv += [
                     "--mock-time-scale", f"{cluster.mock.time_scale:g}",
-                    "--mock-seed", str(cluster.mock.seed + replica),
+                    "--mock-seed", str(cluster.mock.seed + replica.index),
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
                 argv += _mock_gpu_flags(cluster, node, gpu_scope)
@@ -249,29 +301,29 @@ def plan_deployment(
                     argv += ["--mock-profile", profile]
             servers.append(
                 ProcessSpec(
-                    name=f"replica{replica}-node{rank}-{node.name}",
+                    name=f"{replica.role or 'replica'}{number}-node{rank}-{node.name}",
                     node=node,
                     argv=tuple(argv),
-                    env={**socket_env, **cluster.server_env(layout), **node.env},
-                    replica=replica,
+                    env={**socket_env, **cluster.server_env(layout, replica), **node.env},
+                    replica=replica.index,
                     rank=rank,
                     port=http_port,
                     secret_env=dict(srv.secret_env),
                     setup=srv.setup,
                     container=srv.container,
                     addr=addr(node),
+                    disaggregation=replica.role,
+                    bootstrap_port=bootstrap if rank == 0 else None,
                 )
             )
     rtr = cluster.router
     router_node = cluster.router_node(layout)
     router_port = port(rtr.port, router_node.host)
     prometheus_port = port(rtr.prometheus_port, router_node.host)
-    workers = [s.url for s in servers if s.rank == 0]
     router_addr = addr(router_node) or router_node.host
     router_argv = [
         *rtr.wrapper, rtr.python, "-m", rtr.module,
-        "--worker-urls", *workers,
-        "--policy", cluster.router_policy(layout),
+        *_router_workers(cluster, layout, [s for s in servers if s.rank == 0]),
         "--host", router_addr,
         "--port", str(router_port),
         "--prometheus-host", router_addr,

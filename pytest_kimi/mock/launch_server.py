@@ -216,6 +216,13 @@ def _uvicorn_style_bad_request(record: logging.LogRecord) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.disaggregation_mode != "null":
+        # serving each request whole on both sides would measure something SGLang never does
+        print(f"error: --disaggregation-mode {args.disaggregation_mode}: the mock does not "
+              "model prefill/decode disaggregation (a KV hand-off between servers); run "
+              "disaggregated layouts on real SGLang, or look at their commands with "
+              "--kimi-dry-run", file=sys.stderr, flush=True)  # fmt: skip
+        return 2
     logging.basicConfig(
         level=logging.INFO,
         format="[%(asctime)s] %(message)s",

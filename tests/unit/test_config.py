@@ -129,10 +129,11 @@ def test_pro6000_yaml_loads() -> None:
         (f"node60{i}", f"node60{i}", 8) for i in range(1, 9)
     ]
     assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
-    assert cfg.layouts == {
+    assert {name: cfg.layouts[name] for name in ("tp32", "pp8")} == {
         "tp32": Layout("tp32", 32, 1, 4),
         "pp8": Layout("pp8", 4, 8, 4),
     }
+    assert list(cfg.layouts) == ["tp32", "pp8", "pd-pp8-tp32"]  # test_pd_layouts.py: the last
     srv = cfg.server
     assert srv.python == "/opt/sglang/venv/bin/python"
     assert srv.module == "sglang.launch_server"

@@ -57,6 +57,10 @@ def problems(value: Any, schema: dict[str, Any], root: dict[str, Any], at: str =
         return typed[0] if len(typed) == 1 else [f"{at}: matches no option"]
     if "anyOf" in schema:
         found = [problems(value, option, root, at) for option in schema["anyOf"]]
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        if set(rest) - ANNOTATIONS:  # a layout: tp, or prefill and decode; and its properties
+            failed = [f"{at}: matches no option of anyOf"] if all(found) else []
+            return failed + problems(value, rest, root, at)
         if not all(found):
             return []
         typed = [f for f in found if f != [f"{at}: wrong type"]]  # why the fitting option failed
@@ -149,8 +153,9 @@ def test_layouts_need_tp_and_know_pp_ep(schema: dict[str, Any]) -> None:
     layouts = schema["properties"]["layouts"]
     [(_pattern, item)] = layouts["patternProperties"].items()
     layout = schema["$defs"][item["$ref"].rpartition("/")[2]]
-    assert layout["required"] == ["tp"]
-    assert {"tp", "pp", "ep", "slo"} <= set(layout["properties"])
+    assert "required" not in layout  # tp, or a disaggregated layout's prefill and decode
+    assert layout["anyOf"] == [{"required": ["tp"]}, {"required": ["prefill", "decode"]}]
+    assert {"tp", "pp", "ep", "slo", "prefill", "decode"} <= set(layout["properties"])
     assert layouts["additionalProperties"] is False and layouts["minProperties"] == 1
 
 
@@ -192,7 +197,7 @@ def test_schema_accepts_a_swept_workload(schema: dict[str, Any]) -> None:
         (lambda d: d.update(slos={}), ".slos: unknown key"),
         (lambda d: d["router"].update(nodee="x"), ".router.nodee: unknown key"),
         (lambda d: d["layouts"]["tp32"].update(dp=2), ".layouts.tp32.dp: unknown key"),
-        (lambda d: d["layouts"]["tp32"].pop("tp"), ".layouts.tp32.tp: required"),
+        (lambda d: d["layouts"]["tp32"].pop("tp"), ".layouts.tp32: matches no option of anyOf"),
         (lambda d: d["layouts"].update({"bad name": {"tp": 1}}), ".layouts.bad name: unknown"),
         (
             lambda d: d["server"].setdefault("env", {}).update({"1A": "x"}),

@@ -1,0 +1,193 @@
+"""Prefill/decode disaggregated layouts (issue 20, part 1): the cluster file's ``prefill:`` and
+``decode:`` sides, where each side's replicas run, and the exact SGLang 0.5.9 server flags and
+sglang-router 0.3.2 PD-mode command line they become.
+
+The flags are SGLang's own (``srt/server_args.py``): ``--disaggregation-mode``,
+``--disaggregation-transfer-backend``, the prefill's ``--disaggregation-bootstrap-port`` and
+``--disaggregation-decode-tp`` (its KV is sliced for the decode side's TP; SGLang defaults it
+to the prefill's own TP), the decode's ``--disaggregation-prefill-pp`` (it pulls the KV of every
+prefill stage; default 1). The router's are ``router_args.py``'s: ``--pd-disaggregation``,
+``--prefill URL BOOTSTRAP_PORT`` and ``--decode URL`` per worker, a policy per side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clusterfile import BASE, edit, load_error, write
+
+from pytest_kimi.config import PDSide, load_cluster
+from pytest_kimi.deploy.plan import plan_deployment
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
+
+# BASE has four nodes of 8 GPUs; this splits them 2 + 2
+PD = """\
+  pd:
+    prefill: {tp: 8, pp: 2, ep: 8, nodes_per_replica: 2}
+    decode: {tp: 16, ep: 4, nodes_per_replica: 2, policy: cache_aware}
+"""
+
+
+def with_pd(pd: str = PD, text: str = BASE) -> str:
+    return edit("  pp2: {tp: 8, pp: 2, ep: 8}\n", "  pp2: {tp: 8, pp: 2, ep: 8}\n" + pd, text)
+
+
+def test_the_pro6000_pd_layout_splits_the_nodes_prefill_first() -> None:
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    layout = cluster.layout("pd-pp8-tp32")
+    assert layout.disaggregated and layout.transfer_backend == "mooncake"
+    assert layout.sides == (
+        PDSide("prefill", 4, 8, 4, replicas=1, nodes_per_replica=4),
+        PDSide("decode", 32, 1, 4, replicas=1, nodes_per_replica=4),
+    )
+    assert layout.label == "prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1"
+    replicas = cluster.layout_replicas(layout)
+    assert [(r.index, r.role, r.tp, r.pp) for r in replicas] == [
+        (0, "prefill", 4, 8), (1, "decode", 32, 1)
+    ]  # fmt: skip
+    assert [n.name for n in replicas[0].nodes] == [f"node60{i}" for i in range(1, 5)]
+    assert [n.name for n in replicas[1].nodes] == [f"node60{i}" for i in range(5, 9)]
+    assert cluster.replicas_of(layout) == 2
+    assert [n.name for n in cluster.used_nodes(layout)] == [f"node60{i}" for i in range(1, 9)]
+
+
+def test_the_pro6000_pd_plan_has_sglangs_flags_on_every_node_and_the_router_in_pd_mode() -> None:
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(()))
+    names = [s.name for s in plan.servers]
+    assert names == [f"prefill0-node{r}-node60{r + 1}" for r in range(4)] + [
+        f"decode0-node{r}-node60{r + 5}" for r in range(4)
+    ]
+    for spec in plan.servers:
+        argv = list(spec.argv)
+
+        def value(flag: str, argv: list[str] = argv) -> str:
+            return argv[argv.index(flag) + 1]
+
+        prefill = spec.disaggregation == "prefill"
+        assert value("--disaggregation-mode") == spec.disaggregation
+        assert value("--disaggregation-transfer-backend") == "mooncake"
+        assert (value("--tp-size"), value("--pp-size"), value("--ep-size")) == (
+            ("4", "8", "4") if prefill else ("32", "1", "4")
+        )
+        assert value("--nnodes") == "4"
+        head = "10.0.0.1" if prefill else "10.0.0.5"  # each side's replica has its own head
+        assert value("--dist-init-addr") == f"{head}:5757"
+        if prefill:
+            assert value("--disaggregation-bootstrap-port") == "8998"
+            assert value("--disaggregation-decode-tp") == "32"
+            assert "--disaggregation-prefill-pp" not in argv
+        else:
+            assert value("--disaggregation-prefill-pp") == "8"
+            assert "--disaggregation-bootstrap-port" not in argv
+            assert "--disaggregation-decode-tp" not in argv
+    router = list(plan.router.argv)
+    start = router.index("--pd-disaggregation")
+    assert router[start : start + 12] == [
+        "--pd-disaggregation",
+        "--prefill", "http://10.0.0.1:30001", "8998",
+        "--decode", "http://10.0.0.5:30001",
+        "--policy", "round_robin",
+        "--prefill-policy", "round_robin",
+        "--decode-policy", "round_robin",
+    ]  # fmt: skip
+    assert "--worker-urls" not in router
+    assert [s.name for s in plan.rank0()] == ["prefill0-node0-node601", "decode0-node0-node605"]
+
+
+def test_unified_layouts_plan_as_before() -> None:
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    plan = plan_deployment(cluster, cluster.layout("tp32"), ports=iter(()))
+    assert not any("disaggregation" in arg for s in plan.servers for arg in s.argv)
+    assert plan.servers[4].name == "replica1-node0-node605"
+    assert "--pd-disaggregation" not in plan.router.argv
+    assert plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :][:2] == (
+        "http://10.0.0.1:30001",
+        "http://10.0.0.5:30001",
+    )
+
+
+def test_side_args_env_and_policy_apply_to_their_side_only(tmp_path: Path) -> None:
+    pd = PD.replace(
+        "nodes_per_replica: 2}\n",
+        "nodes_per_replica: 2, args: {chunked-prefill-size: 4096}, env: {SIDE: p},"
+        " bootstrap_port: auto}\n",
+        1,
+    )
+    cluster = load_cluster(write(tmp_path, with_pd(pd)))
+    plan = plan_deployment(cluster, cluster.layout("pd"), ports=iter(range(41000, 41100)))
+    by_side = {s.disaggregation: s for s in plan.servers if s.rank == 0}
+    prefill, decode = by_side["prefill"], by_side["decode"]
+    assert prefill.argv[prefill.argv.index("--chunked-prefill-size") + 1] == "4096"
+    assert decode.argv[decode.argv.index("--chunked-prefill-size") + 1] == "8192"
+    assert prefill.env["SIDE"] == "p" and "SIDE" not in decode.env
+    bootstrap = prefill.argv[prefill.argv.index("--disaggregation-bootstrap-port") + 1]
+    assert bootstrap == str(prefill.bootstrap_port) and 41000 <= int(bootstrap) < 41100
+    router = list(plan.router.argv)
+    assert router[router.index("--prefill") : router.index("--prefill") + 3] == [
+        "--prefill", prefill.url, bootstrap
+    ]  # fmt: skip
+    assert router[router.index("--decode-policy") + 1] == "cache_aware"
+    assert router[router.index("--prefill-policy") + 1] == "round_robin"
+
+
+@pytest.mark.parametrize(
+    ("pd", "field", "words"),
+    [
+        ("  pd:\n    prefill: {tp: 8, pp: 2, nodes_per_replica: 2}\n", "layouts.pd.decode",
+         "needs both prefill and decode; decode is missing"),
+        (PD.replace("  pd:\n", "  pd:\n    tp: 16\n"), "layouts.pd.tp",
+         "tp is set per side"),
+        (PD.replace("{tp: 8, pp: 2, ep: 8,", "{tp: 8, pp: 1, ep: 8,"), "layouts.pd.prefill.tp",
+         "TP x PP = 8 x 1 = 8, but one replica has 16 GPUs"),
+        (PD.replace("{tp: 16, ep: 4, nodes_per_replica: 2", "{tp: 24, ep: 4, nodes_per_replica: 3"),
+         "layouts.pd.decode", "need 5 nodes"),
+        (PD.replace("{tp: 8, pp: 2, ep: 8,", "{tp: 2, pp: 8, ep: 2,").replace(
+            "{tp: 16, ep: 4,", "{tp: 3, pp: 1, ep: 3,"), "layouts.pd.decode.tp",
+         "TP sizes divide one another"),
+        (PD.replace("policy: cache_aware}", "policy: cache_aware, bootstrap_port: 9000}"),
+         "layouts.pd.decode.bootstrap_port", "prefill side only"),
+        (PD.replace("nodes_per_replica: 2}\n", "nodes_per_replica: 2, args: "
+                    "{disaggregation-mode: decode}}\n", 1),
+         "layouts.pd.prefill.args.disaggregation-mode", "set by pytest-kimi"),
+        ("  pd: {tp: 16, transfer_backend: nixl}\n", "layouts.pd.transfer_backend",
+         "only used with prefill and decode"),
+        ("  pd: {pp: 2}\n", "layouts.pd.tp", "needs tp (or prefill and decode)"),
+    ],
+)  # fmt: skip
+def test_a_bad_pd_layout_names_the_field(tmp_path: Path, pd: str, field: str, words: str) -> None:
+    _, message = load_error(tmp_path, with_pd(pd))
+    assert f"field '{field}'" in message and words in message, message
+
+
+def test_an_ssh_cluster_needs_a_fixed_bootstrap_port(tmp_path: Path) -> None:
+    text = (CLUSTERS / "pro6000.yaml").read_text()
+    text = text.replace("nodes_per_replica: 4}   # node601-604",
+                        "nodes_per_replica: 4, bootstrap_port: auto}   #")  # fmt: skip
+    _, message = load_error(tmp_path, text)
+    assert "field 'layouts.pd-pp8-tp32.prefill.bootstrap_port'" in message
+    assert "fixed ports, not 'auto'" in message
+
+
+def test_the_mock_refuses_to_serve_one_side_of_a_disaggregated_layout(capsys) -> None:
+    from pytest_kimi.mock.launch_server import main
+
+    code = main(["--model-path", "x", "--disaggregation-mode", "decode"])
+    assert code == 2
+    assert "the mock does not model prefill/decode disaggregation" in capsys.readouterr().err
+
+
+def test_the_manifest_records_each_side_as_deployed() -> None:
+    from pytest_kimi.manifest import disaggregation
+
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    assert disaggregation(cluster, cluster.layout("tp32")) == {}
+    found = disaggregation(cluster, cluster.layout("pd-pp8-tp32"))
+    assert found["transfer_backend"] == "mooncake"
+    prefill, decode = found["sides"]
+    assert (prefill["role"], prefill["tp"], prefill["pp"], prefill["bootstrap_port"]) == (
+        "prefill", 4, 8, 8998
+    )  # fmt: skip
+    assert decode["nodes"] == ["node605", "node606", "node607", "node608"]
+    assert decode["bootstrap_port"] is None and decode["router_policy"] == "round_robin"
