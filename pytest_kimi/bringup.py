@@ -118,8 +118,10 @@ def deployment(
             on_manifest(plan, gpus or None)
             network_preflight(executor, plan, say, reach)
             check_router_version(inputs, executor, plan)
-            replicas = inputs.cluster.replicas_of(layout)
-            say(f"[kimi {layout.name}] bringing up {layout.label} x{replicas}")
+            shape = layout.label  # a disaggregated label counts each side's replicas
+            if not layout.disaggregated:
+                shape += f" x{inputs.cluster.replicas_of(layout)}"
+            say(f"[kimi {layout.name}] bringing up {shape}")
             dep.start()
             environments = _with_gpus(
                 _node_environments(inputs, executor, plan, f"{folder.name}/{layout.name}", reach),
@@ -475,16 +477,24 @@ class WarmupFailed(RuntimeError):
     """A replica failed its warm-up: the run stops before measuring, with the response."""
 
 
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+"""SGLang 0.5.9's (``srt/disaggregation/utils.py``): a request to one side of a disaggregated
+deployment naming it as its bootstrap host moves no KV; SGLang's own health check sends it."""
+
+
 def warm_replicas(plan: DeploymentPlan, reach: Reach | None = None) -> None:
-    """One short request per replica, straight to rank 0 (not through the router)."""
+    """One short request per replica, straight to rank 0 (not through the router); to a
+    prefill or decode server as SGLang's own health check sends one (no KV to move)."""
     import httpx
 
     from pytest_kimi.deploy.reach import DIRECT
 
     body = {"text": "warm up", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
+    alone = {"bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_room": 0}
     with httpx.Client(timeout=600.0, trust_env=False) as http:
         for spec in plan.rank0():
-            response = http.post((reach or DIRECT).url(spec.url + "/generate"), json=body)
+            sent = {**body, **alone} if spec.disaggregation else body
+            response = http.post((reach or DIRECT).url(spec.url + "/generate"), json=sent)
             if response.status_code != 200:
                 raise WarmupFailed(
                     f"warm-up of replica {spec.replica} ({spec.url}/generate) answered HTTP "

@@ -56,13 +56,12 @@ def disaggregation(cluster: ClusterConfig, layout: Layout) -> dict[str, Any]:
             {
                 "role": side.role, "tp": side.tp, "pp": side.pp, "ep": side.ep,
                 "replicas": side.replicas, "nodes_per_replica": side.nodes_per_replica,
-                "nodes": [n.name for r in replicas if r.side == side for n in r.nodes],
-                "server_args": cluster.server_args(layout, replicas_of_side[0]),
+                "nodes": [n.name for r in replicas if r.side is side for n in r.nodes],
+                "server_args": cluster.server_args(layout, side),
                 "router_policy": cluster.router_policy(layout, side),
                 "bootstrap_port": side.bootstrap_port if side.role == "prefill" else None,
             }
             for side in layout.sides
-            if (replicas_of_side := [r for r in replicas if r.side == side])
         ],
     }  # fmt: skip
 
@@ -81,9 +80,10 @@ def manifest(
         "run_id": run_id,
         "layout": {
             "name": layout.name,
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "ep": layout.ep,
+            # a disaggregated layout's sizes are per side ("sides")
+            "tp": layout.tp or None,
+            "pp": layout.pp or None,
+            "ep": layout.ep or None,
             # what this layout changes from the cluster's defaults, and the flags it runs with
             "own_args": dict(layout.args),
             "server_args": cluster.server_args(layout),

@@ -244,10 +244,11 @@ def _stop_on_failed_warmup(records: list[RequestRecord]) -> None:
 
 
 def replica_endpoints(plan: DeploymentPlan | None) -> dict[str, str]:
-    """``replica<i> -> rank-0 base URL`` for a deployment we started (none when attached)."""
+    """``replica<i>`` (``prefill<i>``, ``decode<i>``) -> rank-0 base URL for a deployment we
+    started (none when attached)."""
     if plan is None:
         return {}
-    return {f"replica{spec.replica}": spec.url for spec in plan.rank0()}
+    return {spec.replica_name or f"replica{spec.replica}": spec.url for spec in plan.rank0()}
 
 
 def _metrics_text(url: str) -> str | None:

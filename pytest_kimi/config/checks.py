@@ -16,6 +16,7 @@ from pytest_kimi.config.models import ClusterFile
 from pytest_kimi.yamlfile import Located
 
 T = TypeVar("T")
+MOCK_MODULE = "pytest_kimi.mock.launch_server"  # pytest_kimi.deploy.plan.MOCK_MODULE
 FIXED_PORTS = ("server.port", "server.dist_init_port", "router.port", "router.prometheus_port")
 
 
@@ -133,6 +134,11 @@ def _check_layout(src: Located, raw: ClusterFile, name: str, layout: Any, names:
     field = f"layouts.{name}"
     dep = raw.deployment
     sides = _pd_sides(src, field, layout)
+    if sides and raw.server.module == MOCK_MODULE:
+        raise src.error(f"{field}.prefill", "the embedded mock does not model prefill/decode "
+                        "disaggregation (a KV hand-off between servers) yet: run this layout "
+                        "on real SGLang, or see its commands with --kimi-dry-run and a cluster "
+                        "file that starts sglang.launch_server")  # fmt: skip
     replicas = layout.replicas or dep.replicas
     per = layout.nodes_per_replica or dep.nodes_per_replica
     nodes = list(raw.nodes)
@@ -211,6 +217,10 @@ def _pd_sides(src: Located, field: str, layout: Any) -> list[tuple[str, Any]]:
         if given in layout.model_fields_set:
             raise src.error(f"{field}.{given}", f"{given} is set per side (prefill, decode) in "
                             "a disaggregated layout")  # fmt: skip
+    if layout.decode.policy == "bucket":
+        raise src.error(f"{field}.decode.policy",
+                        "bucket is a prefill policy; sglang-router's --decode-policy takes "
+                        "random, round_robin, cache_aware, power_of_two or manual")  # fmt: skip
     if "bootstrap_port" in layout.decode.model_fields_set:
         raise src.error(f"{field}.decode.bootstrap_port",
                         "the bootstrap server runs on the prefill side only")  # fmt: skip
@@ -259,6 +269,11 @@ def _check_distinct_ports(src: Located, raw: ClusterFile, ports: dict[str, int |
         if port in seen:
             raise src.error(field, f"port {port} is also {seen[port]}: they would collide")
         seen[port] = field
+    for name, layout in raw.layouts.items():  # a prefill head's bootstrap server, beside them
+        port = layout.prefill.bootstrap_port if layout.prefill is not None else None
+        field = f"layouts.{name}.prefill.bootstrap_port"
+        if isinstance(port, int) and port in seen:
+            raise src.error(field, f"port {port} is also {seen[port]}: they would collide")
     if ports["server.port"] is not None:
         by_host: dict[str, str] = {}
         for node in raw.nodes:

@@ -345,7 +345,8 @@ class ClusterConfig:
 
     def replica_nodes(self, replica: int, layout: Layout | None = None) -> tuple[Node, ...]:
         """The nodes of one replica: the first replicas x nodes_per_replica of the layout's
-        nodes, in order (without a layout: the cluster's default deployment)."""
+        nodes, in order (without a layout: the cluster's default deployment; a disaggregated
+        layout: :meth:`layout_replicas`)."""
         if layout is not None and layout.disaggregated:
             return self.layout_replicas(layout)[replica].nodes
         per = self.nodes_per_replica if layout is None else self.nodes_per_replica_of(layout)
@@ -383,14 +384,12 @@ class ClusterConfig:
         used.setdefault(router.name, router)
         return tuple(used.values())
 
-    def server_args(self, layout: Layout, replica: Replica | None = None) -> dict[str, Any]:
+    def server_args(self, layout: Layout, side: PDSide | None = None) -> dict[str, Any]:
         """server.args with the layout's own changes (a None value removes a flag), then those
-        of the replica's side of a disaggregated layout."""
-        side = replica.side if replica is not None else None
+        of one side of a disaggregated layout."""
         return merged(merged(self.server.args, layout.args), side.args if side else ())
 
-    def server_env(self, layout: Layout, replica: Replica | None = None) -> dict[str, str]:
-        side = replica.side if replica is not None else None
+    def server_env(self, layout: Layout, side: PDSide | None = None) -> dict[str, str]:
         return {**self.server.env, **dict(layout.env), **dict(side.env if side else ())}
 
     def router_node(self, layout: Layout | None = None) -> Node:

@@ -76,7 +76,8 @@ def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> 
 def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) -> ClusterConfig:
     """The records, with the values other modules parse checked and parsed here, once."""
     nodes = tuple(_node(n, raw.ssh) for n in raw.nodes)
-    layouts = {name: _layout(src, name, layout) for name, layout in raw.layouts.items()}
+    layouts = {name: _layout(src, name, layout, raw.executor)
+               for name, layout in raw.layouts.items()}  # fmt: skip
     checks.check_slos(src, "slo", raw.slo)
     mock = None
     if raw.mock is not None:
@@ -130,12 +131,13 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
     )
 
 
-def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
+def _layout(src: Located, name: str, layout: models.LayoutModel, executor: str) -> Layout:
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
+    bootstrap_default = SGLANG_BOOTSTRAP_PORT if executor == "ssh" else "auto"
     sides = tuple(
         PDSide(role, side.tp, side.pp, side.ep, side.replicas, side.nodes_per_replica,
                args=tuple(side.args.items()), env=tuple(side.env.items()), policy=side.policy,
-               bootstrap_port=_port(side.bootstrap_port))
+               bootstrap_port=_port(side.bootstrap_port or bootstrap_default))
         for role, side in (("prefill", layout.prefill), ("decode", layout.decode))
         if side is not None
     )  # fmt: skip
@@ -153,6 +155,9 @@ def _layout(src: Located, name: str, layout: models.LayoutModel) -> Layout:
         sides=sides,
         transfer_backend=layout.transfer_backend,
     )  # fmt: skip
+
+
+SGLANG_BOOTSTRAP_PORT = 8998  # 0.5.9's --disaggregation-bootstrap-port default
 
 
 def _python(value: str) -> str:

@@ -160,9 +160,10 @@ class LayoutRouter(_Model):
 
 
 TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori")  # SGLang 0.5.9's choices
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")  # 0.3.2
 
 
-class PDSide(_Model):
+class PDSideModel(_Model):
     """One side of a prefill/decode disaggregated layout: its servers run with SGLang's
     ``--disaggregation-mode prefill`` (or ``decode``), with their own parallel sizes, replicas,
     nodes and flags. The prefill side's replicas take the layout's first nodes, in order."""
@@ -180,15 +181,16 @@ class PDSide(_Model):
         "a value of null removes one.",
     )
     env: Env = Field(default_factory=dict, description="Environment over the layout's.")
-    policy: Text | None = Field(
+    policy: one_of(*ROUTER_POLICIES, "bucket") | None = Field(
         None,
-        description="The router's policy for this side (--prefill-policy / --decode-policy); "
-        "default: the layout's router.policy, else router.policy.",
+        description="The router's policy for this side (--prefill-policy / --decode-policy; "
+        "bucket: prefill only); default: the layout's router.policy, else router.policy.",
     )
-    bootstrap_port: Port = Field(
-        8998,
+    bootstrap_port: Port | None = Field(
+        None,
         description="prefill: the port of each replica's KV bootstrap server "
-        "(--disaggregation-bootstrap-port, SGLang's default 8998; 'auto' on local clusters).",
+        "(--disaggregation-bootstrap-port); default SGLang's 8998 on an ssh cluster, 'auto' on "
+        "a local one (its replicas share one host).",
     )
 
 
@@ -207,10 +209,10 @@ class LayoutModel(_Model):
     )
     pp: Count = Field(1, description="Pipeline-parallel size.")
     ep: Count = Field(1, description="Expert-parallel size; must divide tp.")
-    prefill: PDSide | None = Field(
+    prefill: PDSideModel | None = Field(
         None, description="Prefill side of a disaggregated layout (with decode, not tp)."
     )
-    decode: PDSide | None = Field(
+    decode: PDSideModel | None = Field(
         None, description="Decode side of a disaggregated layout (with prefill, not tp)."
     )
     transfer_backend: one_of(*TRANSFER_BACKENDS) = Field(

@@ -40,6 +40,7 @@ class ProcessSpec:
     addr: str = ""  # the data-network address it binds and is reached at; "" = node.host
     disaggregation: str = ""  # a disaggregated layout's side: "prefill" or "decode"
     bootstrap_port: int | None = None  # a prefill head: its KV bootstrap server's port
+    replica_name: str = ""  # replica0; prefill0, decode0 (numbered within their side)
 
     @property
     def bind_addr(self) -> str:
@@ -205,10 +206,9 @@ def _router_workers(
     for spec in heads:
         if spec.disaggregation == "decode":
             argv += ["--decode", spec.url]
-    prefill, decode = layout.sides
+    prefill, decode = layout.sides  # each side's policy (--policy alone would be ignored)
     return [
         *argv,
-        "--policy", cluster.router_policy(layout),
         "--prefill-policy", cluster.router_policy(layout, prefill),
         "--decode-policy", cluster.router_policy(layout, decode),
     ]  # fmt: skip
@@ -285,7 +285,7 @@ def plan_deployment(
                 "--host", addr(node) or node.host,
                 "--port", str(http_port),
                 *_disaggregation_flags(layout, replica.role, bootstrap),
-                *_flags(cluster.server_args(layout, replica)),
+                *_flags(cluster.server_args(layout, replica.side)),
             ]  # fmt: skip
             if srv.module == MOCK_MODULE and cluster.mock is not None:
                 argv += [
@@ -302,9 +302,10 @@ def plan_deployment(
             servers.append(
                 ProcessSpec(
                     name=f"{replica.role or 'replica'}{number}-node{rank}-{node.name}",
+                    replica_name=f"{replica.role or 'replica'}{number}",
                     node=node,
                     argv=tuple(argv),
-                    env={**socket_env, **cluster.server_env(layout, replica), **node.env},
+                    env={**socket_env, **cluster.server_env(layout, replica.side), **node.env},
                     replica=replica.index,
                     rank=rank,
                     port=http_port,

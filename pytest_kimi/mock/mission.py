@@ -48,6 +48,9 @@ class Deployment:
 def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
     """``layout``'s deployment as the cluster file describes it (KeyError names known ones)."""
     lay = cluster.layout(layout)
+    if lay.disaggregated:
+        raise ValueError(f"{layout}: the mock's twin has no model of prefill/decode "
+                         "disaggregation (a KV hand-off between servers)")  # fmt: skip
     wl = cluster.workload
     chunk = cluster.server_args(lay).get("chunked-prefill-size", 8192)
     return Deployment(

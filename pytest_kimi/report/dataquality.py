@@ -145,7 +145,9 @@ def _split_notes(
         serving = sum(1 for n in split.values() if n > 0)
         if replicas and not unknown and serving < replicas:
             out.append(f"only {serving} of {replicas} replicas served requests")
-        total = sum(split.values())
+        # a disaggregated layout's request finishes on a prefill server and on a decode one:
+        # the decode servers' count is the requests served
+        total = sum(n for name, n in split.items() if not name.startswith("prefill"))
         if succeeded is not None and not unknown and total != succeeded:
             out.append(
                 f"the replicas' counters total {total} finished requests but the client saw "

@@ -13,6 +13,7 @@ as what the replicas' own counters say in total (:mod:`pytest_kimi.report.replic
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.textpath import TextPath
 
 from pytest_kimi.metrics import per_request_ms
 from pytest_kimi.report.comparison import (
@@ -193,7 +195,6 @@ def _timed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 TIMELINE_WIDTH, TIMELINE_HEIGHT = 9.0, 2.6
 TITLE_SPACE, NODE_TITLE_SPACE, XLABEL_SPACE, PANEL_GAP = 0.6, 0.3, 0.55, 0.15
 RIGHT_SPACE = 0.65  # the power axis' tick labels
-CHAR_WIDTH = 0.07  # inches per character of an 8-point label: the left margin's estimate
 
 
 def _timeline_plot(
@@ -215,7 +216,7 @@ def _timeline_plot(
     height = sum(blocks)
     labels = [rep for name in layouts for rep, _ in timeline_rows(_timed(records[name]))]
     labels += [node for name in layouts for node in curves.get(name, {})]
-    left = max(0.9, 0.35 + CHAR_WIDTH * max(len(label) for label in labels))
+    left = min(0.4 * TIMELINE_WIDTH, max(0.9, 0.45 + max(map(_label_width, labels))))
     fig = plt.figure(figsize=(TIMELINE_WIDTH, height))
     x0, width = left / TIMELINE_WIDTH, 1 - (left + RIGHT_SPACE) / TIMELINE_WIDTH
 
@@ -243,6 +244,11 @@ def _timeline_plot(
         ax.set_xlim(*_span(_timed(records[name]), time_scale))
         top += block
     return svg(fig, trim=False)
+
+
+def _label_width(text: str, points: float = 8.0) -> float:
+    """Inches that ``text`` takes at ``points`` in the default font (no figure drawn)."""
+    return TextPath((0, 0), text, size=points).get_extents().width / 72.0
 
 
 def _block_height(nodes: int) -> float:
@@ -283,8 +289,9 @@ def _draw_timeline(
     ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
     title = f"{name}: waiting for first token (orange), decoding (blue)"
     totals = _counter_totals(counters.get(name, {}))
-    if totals:
-        title += f"\nper replica, by its /metrics counters (not per request): {totals}"
+    if totals:  # two title lines at most: the caption lists them all
+        line = f"per replica, by its /metrics counters (not per request): {totals}"
+        title += "\n" + textwrap.shorten(line, width=95, placeholder=" ...")
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("cluster time since the first request (s)")
 

@@ -139,4 +139,10 @@ def tools(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _parallel(layout: Mapping[str, Any]) -> str:
+    """``TP32/PP1/EP4``; a disaggregated layout's sides (manifest ``sides``) one after the
+    other: ``prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1``."""
+    sides = layout.get("sides") or []
+    if sides:
+        return " + ".join(f"{s.get('role')} TP{s.get('tp')}/PP{s.get('pp')}/EP{s.get('ep')} "
+                          f"x{s.get('replicas')}" for s in sides)  # fmt: skip
     return f"TP{layout.get('tp')}/PP{layout.get('pp')}/EP{layout.get('ep')}"

@@ -84,15 +84,14 @@ def test_the_pro6000_pd_plan_has_sglangs_flags_on_every_node_and_the_router_in_p
             assert "--disaggregation-decode-tp" not in argv
     router = list(plan.router.argv)
     start = router.index("--pd-disaggregation")
-    assert router[start : start + 12] == [
+    assert router[start : start + 10] == [
         "--pd-disaggregation",
         "--prefill", "http://10.0.0.1:30001", "8998",
         "--decode", "http://10.0.0.5:30001",
-        "--policy", "round_robin",
         "--prefill-policy", "round_robin",
         "--decode-policy", "round_robin",
     ]  # fmt: skip
-    assert "--worker-urls" not in router
+    assert "--worker-urls" not in router and "--policy" not in router
     assert [s.name for s in plan.rank0()] == ["prefill0-node0-node601", "decode0-node0-node605"]
 
 
@@ -191,3 +190,146 @@ def test_the_manifest_records_each_side_as_deployed() -> None:
     )  # fmt: skip
     assert decode["nodes"] == ["node605", "node606", "node607", "node608"]
     assert decode["bootstrap_port"] is None and decode["router_policy"] == "round_robin"
+
+
+def test_a_mock_cluster_refuses_a_disaggregated_layout_naming_it(tmp_path: Path) -> None:
+    text = (CLUSTERS / "local.yaml").read_text().replace(
+        "\nlayouts:\n",
+        "\nlayouts:\n  pd:\n    prefill: {tp: 4, pp: 8, ep: 4, nodes_per_replica: 4}\n"
+        "    decode: {tp: 32, ep: 4, nodes_per_replica: 4}\n",
+        1,
+    )
+    _, message = load_error(tmp_path, text)
+    assert "field 'layouts.pd.prefill'" in message
+    assert "the embedded mock does not model prefill/decode disaggregation" in message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("nodes_per_replica: 4}   # node605-608", "nodes_per_replica: 4, policy: bucket}   #",
+         "layouts.pd-pp8-tp32.decode.policy", "bucket is a prefill policy"),
+        ("nodes_per_replica: 4}   # node601-604",
+         "nodes_per_replica: 4, bootstrap_port: 30001}   #",
+         "layouts.pd-pp8-tp32.prefill.bootstrap_port", "port 30001 is also server.port"),
+    ],
+)  # fmt: skip
+def test_pro6000_pd_mistakes_name_the_field(
+    tmp_path: Path, old: str, new: str, field: str, words: str
+) -> None:
+    text = (CLUSTERS / "pro6000.yaml").read_text()
+    assert old in text
+    _, message = load_error(tmp_path, text.replace(old, new))
+    assert f"field '{field}'" in message and words in message, message
+
+
+def test_a_local_cluster_draws_the_bootstrap_port_like_any_auto_port(tmp_path: Path) -> None:
+    cluster = load_cluster(write(tmp_path, with_pd()))
+    prefill, _ = cluster.layout("pd").sides
+    assert prefill.bootstrap_port is None  # 'auto': prefill replicas share the host
+    plan = plan_deployment(cluster, cluster.layout("pd"), ports=iter(range(42000, 42100)))
+    [head] = [s for s in plan.rank0() if s.disaggregation == "prefill"]
+    assert head.bootstrap_port is not None and 42000 <= head.bootstrap_port < 42100
+
+
+def test_counters_of_both_sides_are_named_by_side_and_not_counted_twice() -> None:
+    from pytest_kimi.measure import replica_endpoints
+    from pytest_kimi.report.dataquality import notes
+    from pytest_kimi.report.replicacounters import ReplicaCounters
+
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(()))
+    assert replica_endpoints(plan) == {
+        "prefill0": "http://10.0.0.1:30001", "decode0": "http://10.0.0.5:30001"
+    }  # fmt: skip
+    # every request finishes once on the prefill server and once on the decode server
+    counters = {name: ReplicaCounters(url, 40, 655360, 20480)
+                for name, url in replica_endpoints(plan).items()}  # fmt: skip
+    said = " ".join(notes([], counters, replicas=2, succeeded=40))
+    assert "requests per replica: decode0: 40, prefill0: 40" in said
+    assert "other traffic" not in said
+    assert "other traffic" in " ".join(notes([], counters, replicas=2, succeeded=39))
+
+
+def test_the_reports_setup_names_each_side() -> None:
+    from pytest_kimi.manifest import disaggregation
+    from pytest_kimi.report.setup import _parallel
+
+    cluster = load_cluster(CLUSTERS / "pro6000.yaml")
+    layout = cluster.layout("pd-pp8-tp32")
+    shown = _parallel({"tp": None, **disaggregation(cluster, layout)})
+    assert shown == layout.label == "prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1"
+    assert _parallel({"tp": 32, "pp": 1, "ep": 4}) == "TP32/PP1/EP4"
+
+
+def test_the_dry_run_prints_every_pd_command_and_starts_nothing() -> None:
+    import subprocess
+
+    from pytest_kimi.testing.processes import pytest_argv
+
+    root = CLUSTERS.parent
+    done = subprocess.run(
+        [*pytest_argv(), str(root / "tests" / "perf"), f"--cluster={CLUSTERS / 'pro6000.yaml'}",
+         "--kimi-dry-run", "--layout=pd-pp8-tp32", "-p", "no:cacheprovider",
+         f"--rootdir={root}"],
+        capture_output=True, text=True, timeout=120, cwd=root,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, out[-2000:] + done.stderr[-2000:]
+    assert "# layout pd-pp8-tp32 (prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1)" in out
+    for rank in range(4):
+        assert f"# prefill0-node{rank}-node60{rank + 1} on node60{rank + 1}" in out
+        assert f"# decode0-node{rank}-node60{rank + 5} on node60{rank + 5}" in out
+    assert out.count("--disaggregation-mode prefill --disaggregation-transfer-backend mooncake "
+                     "--disaggregation-bootstrap-port 8998 --disaggregation-decode-tp 32 ") == 4
+    assert out.count("--disaggregation-mode decode --disaggregation-transfer-backend mooncake "
+                     "--disaggregation-prefill-pp 8 ") == 4
+    assert ("sglang_router.launch_router --pd-disaggregation --prefill http://10.0.0.1:30001 "
+            "8998 --decode http://10.0.0.5:30001 --prefill-policy round_robin --decode-policy "
+            "round_robin ") in out
+    assert "dry run: nothing was started" in out + done.stderr
+
+
+def test_the_warm_up_tells_each_side_that_no_kv_moves() -> None:
+    """SGLang's own health check sends a disaggregated server bootstrap host 2.2.2.2, room 0:
+    without them a decode server waits for KV from a prefill that never sends it."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    from pytest_kimi.bringup import FAKE_BOOTSTRAP_HOST, warm_replicas
+
+    bodies: list[tuple[int, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append((self.server.server_address[1], body))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(3)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        heads = [
+            SimpleNamespace(url=f"http://127.0.0.1:{s.server_address[1]}", replica=i,
+                            disaggregation=role)
+            for i, (s, role) in enumerate(zip(servers, ["", "prefill", "decode"], strict=True))
+        ]  # fmt: skip
+        warm_replicas(SimpleNamespace(rank0=lambda: heads))
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    by_port = dict(bodies)
+    unified, prefill, decode = (by_port[s.server_address[1]] for s in servers)
+    assert "bootstrap_host" not in unified
+    for body in (prefill, decode):
+        assert (body["bootstrap_host"], body["bootstrap_room"]) == (FAKE_BOOTSTRAP_HOST, 0)
+        assert body["sampling_params"]["max_new_tokens"] == 4
