@@ -16,7 +16,7 @@ from pytest_kimi.config.models import ClusterFile
 from pytest_kimi.yamlfile import Located
 
 T = TypeVar("T")
-MOCK_MODULE = "pytest_kimi.mock.launch_server"  # pytest_kimi.deploy.plan.MOCK_MODULE
+MOCK_MODULE = "pytest_kimi.mock.launch_server"  # the embedded mock (deploy.plan reads it here)
 FIXED_PORTS = ("server.port", "server.dist_init_port", "router.port", "router.prometheus_port")
 
 

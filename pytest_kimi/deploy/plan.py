@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
+from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
 from pytest_kimi.deploy.ports import PortBook
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 
-MOCK_MODULE = "pytest_kimi.mock.launch_server"
 BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
 
 
