@@ -134,11 +134,6 @@ def _check_layout(src: Located, raw: ClusterFile, name: str, layout: Any, names:
     field = f"layouts.{name}"
     dep = raw.deployment
     sides = _pd_sides(src, field, layout)
-    if sides and raw.server.module == MOCK_MODULE:
-        raise src.error(f"{field}.prefill", "the embedded mock does not model prefill/decode "
-                        "disaggregation (a KV hand-off between servers) yet: run this layout "
-                        "on real SGLang, or see its commands with --kimi-dry-run and a cluster "
-                        "file that starts sglang.launch_server")  # fmt: skip
     replicas = layout.replicas or dep.replicas
     per = layout.nodes_per_replica or dep.nodes_per_replica
     nodes = list(raw.nodes)

@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
     add("--disaggregation-transfer-backend", default="mooncake")
     add("--disaggregation-bootstrap-port", type=int, default=8998)
+    add("--disaggregation-decode-tp", type=int, default=None)  # prefill side; default its tp
+    add("--disaggregation-decode-dp", type=int, default=None)
+    add("--disaggregation-prefill-pp", type=int, default=1)  # decode side
     add("--mock-time-scale", type=float, default=1.0, help="cluster seconds per wall second")
     add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
     add("--mock-seed", type=int, default=0)

@@ -39,6 +39,7 @@ from pytest_kimi.mock.mission import (
     profile_of,
     simulate_deployment,
     summarize_twin,
+    unified_layouts,
 )
 from pytest_kimi.mock.perfmodel import Profile
 
@@ -276,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--knobs {', '.join(unknown)}: unknown (known: {', '.join(KNOBS)})")
         target = load_target(args.target)
         cluster = load_cluster(args.cluster)
-        deployments = {name: deployment(cluster, name) for name in cluster.layouts}
+        deployments = {name: deployment(cluster, name) for name in unified_layouts(cluster)}
         start = start_profile(profile_of(cluster), args.start)
         cal = calibrate(
             target, fit_layouts, deployments, mission_input_lens(cluster), start,

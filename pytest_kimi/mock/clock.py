@@ -44,12 +44,13 @@ from pathlib import Path
 
 from pytest_kimi.mock.gpustate import pid_alive
 
-MAGIC = b"kimiclk3"
+MAGIC = b"kimiclk4"
 # magic, seq, then the state: scale, anchor_wall, anchor_cluster, holds, changed_wall,
 # attached, stalls, held_wall, bound_wall, bound (the earliest slot's), held_since (wall, while
-# held), longest_hold (wall seconds), origin_wall (wall time at cluster time 0)
+# held), longest_hold (wall seconds), origin_wall (wall time at cluster time 0), taken (requests
+# engines took in while a client took part)
 _HEADER = struct.Struct("<8sq")
-_STATE = struct.Struct("<dddqdqqdddddd")
+_STATE = struct.Struct("<dddqdqqddddddq")
 SLOTS = 32  # per slot: pid, bound (cluster seconds; inf: none)
 _ALL_SLOTS = struct.Struct("<" + "qd" * SLOTS)
 _SLOTS_AT = _HEADER.size + _STATE.size
@@ -75,6 +76,7 @@ class _State:
     held_since: float  # wall time the current hold began (holds > 0)
     longest_hold: float  # wall seconds of the longest single stretch held
     origin_wall: float  # the monotonic wall clock when the clock was made (cluster time 0)
+    taken: int  # requests an engine took in (arrive) while a client took part
     slots: list[tuple[int, float]]  # empty in a reader's copy
 
     def cluster_at(self, wall: float) -> float:
@@ -128,7 +130,7 @@ class SharedClock:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
         now = wall()
-        state = _State(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now,
+        state = _State(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now, 0,
                        [(0, INF)] * SLOTS)  # fmt: skip
         tmp.write_bytes(_HEADER.pack(MAGIC, 0) + _pack(state))
         os.replace(tmp, target)
@@ -162,6 +164,11 @@ class SharedClock:
 
     def held(self) -> bool:
         return self._peek().holds > 0
+
+    def taken(self) -> int:
+        """How many requests engines have taken in (:meth:`arrive`) while a client took part:
+        a client sending one request at a time knows its request arrived when this grows."""
+        return self._peek().taken
 
     def attached(self) -> bool:
         """Whether a client takes part (holds for tokens are only taken while one does)."""
@@ -263,11 +270,12 @@ class SharedClock:
         self._update(lambda s: s.slots.__setitem__(slot, (s.slots[slot][0], at)))
         self._bound = at
 
-    def arrive(self) -> float:
+    def arrive(self, *, request: bool = True) -> float:
         """A request reaches an engine: the reading now, with this engine's bound pulled
         back to it (the model has not taken the request in yet) and, while a client takes
         part, the hold that client took before sending let go. One step, so the clock cannot
-        move in between."""
+        move in between. ``request=False``: a notice between two mock processes (its
+        sender's hold let go the same way), not counted in :meth:`taken`."""
         slot = self._slot
         if slot is None:
             raise RuntimeError("arrive() before join()")
@@ -280,6 +288,7 @@ class SharedClock:
             self._bound = min(old, now)
             if s.attached:
                 s.holds = max(0, s.holds - 1)
+                s.taken += request
             seen[0] = now
 
         self._update(change)
@@ -357,7 +366,7 @@ def _pack(s: _State) -> bytes:
     head = _STATE.pack(
         s.scale, s.anchor_wall, s.anchor_cluster, s.holds, s.changed_wall,
         s.attached, s.stalls, s.held_wall, s.bound_wall, s.bound, s.held_since, s.longest_hold,
-        s.origin_wall,
+        s.origin_wall, s.taken,
     )  # fmt: skip
     return head + _ALL_SLOTS.pack(*(x for slot in s.slots for x in slot))
 

@@ -18,10 +18,11 @@ token's stamp (inter-token latency), never a per-request figure.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_kimi.mock.clock import INF, SharedClock
 from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
@@ -33,6 +34,19 @@ class Stream:
 
     request: SimRequest
     queue: asyncio.Queue[TokenEvent]
+
+
+@dataclass(frozen=True, order=True)
+class Arrival:
+    """A request the model takes in at cluster time ``at``: a new prompt, or (a decode
+    server's) one whose KV cache lands then (``prebuilt``)."""
+
+    at: float
+    seq: int  # equal times keep the order they came in
+    rid: str = field(compare=False)
+    prompt: int = field(compare=False)
+    max_new: int = field(compare=False)
+    prebuilt: bool = field(default=False, compare=False)
 
 
 @dataclass
@@ -49,6 +63,7 @@ class FinishedCounters:
 
 PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
 HELD_POLL_S = 0.0005  # while the shared clock is held, how often to look again (wall)
+BOUND_POLL_S = 0.05  # while only an outside bound (Engine.bounds) stops the clock (wall)
 
 
 class Engine:
@@ -63,10 +78,19 @@ class Engine:
     ) -> None:
         self.sim, self.time_scale, self.clock, self.shared = sim, time_scale, clock, shared
         self.origin = clock()
+        self.day_offset = time.time() - clock()  # this machine's time of day, less its clock
         if shared is not None:
             shared.join()
         self.streams: dict[str, Stream] = {}
-        self.arrivals: list[tuple[str, int, int, float]] = []
+        self.arrivals: list[Arrival] = []  # in time order
+        self._seq = 0
+        # the client never reads this engine's tokens (a prefill server's go to the router,
+        # whose reading lets no hold go): hold the clock for none of them
+        self.tokens_read = True
+        # more bounds on the shared clock (disaggregation: a prompt waiting for its decode
+        # server's first word), each a () -> cluster time or inf
+        self.bounds: list[Callable[[], float]] = []
+        self.on_finish: list[Callable[[str], None]] = []  # a request's last token came out
         self.wake = asyncio.Event()
         self.emitted_tokens = 0  # as generated: what the crash-after-tokens fault counts
         self.counters = FinishedCounters()
@@ -78,28 +102,62 @@ class Engine:
             return self.shared.cluster_now()
         return (self.clock() - self.origin) * self.time_scale
 
+    def to_common(self, t: float) -> float:
+        """Cluster time ``t`` as another mock process reads it: the same number on a shared
+        clock; without one each process counts from its own start, on its own machine, so
+        the time of day (synchronised between machines) is what the two have in common."""
+        if self.shared is not None:
+            return t
+        return self.origin + t / self.time_scale + self.day_offset
+
+    def from_common(self, x: float) -> float:
+        """The inverse of :meth:`to_common`, on this process's cluster time."""
+        if self.shared is not None:
+            return x
+        return (x - self.day_offset - self.origin) * self.time_scale
+
     def submit(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> Stream:
         """Queue a request at the current cluster time; tokens arrive on the stream's queue.
 
         On a shared clock the request arrives where the clock stands: the engine bounds the
         clock there (it may not pass an arrival the model has not taken in yet) and lets go
         of the hold the client took before sending it."""
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         if self.shared is not None:
             at = max(self.shared.arrive(), self.sim.now)
         else:
             at = max(self.cluster_now(), self.sim.now)
+        return self.submit_at(rid, prompt_tokens, max_new_tokens, at)
+
+    def submit_at(
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float, *,
+        prebuilt: bool = False,
+    ) -> Stream:  # fmt: skip
+        """Queue a request the model takes in at cluster time ``at`` (its arrival, or when a
+        disaggregated request is ready on this side); tokens arrive on the stream's queue."""
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        at = max(at, self.sim.now)
         req = SimRequest(rid, prompt_tokens, max_new_tokens, at)  # placeholder until admitted
+        stream = self.streams.get(rid) or Stream(req, queue)
+        self.streams[rid] = stream
+        self._seq += 1
+        bisect.insort(self.arrivals, Arrival(at, self._seq, rid, prompt_tokens, max_new_tokens,
+                                             prebuilt))  # fmt: skip
+        self.wake.set()
+        return stream
+
+    def expect(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> Stream:
+        """A stream for a request the model takes in later (:meth:`submit_at`), so that an
+        abort in between finds it."""
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        req = SimRequest(rid, prompt_tokens, max_new_tokens, self.sim.now)
         stream = Stream(req, queue)
         self.streams[rid] = stream
-        self.arrivals.append((rid, prompt_tokens, max_new_tokens, at))
-        self.wake.set()
         return stream
 
     def abort(self, rid: str) -> None:
         """The client went away: forget its stream and free its slot in the model."""
         self.streams.pop(rid, None)
-        self.arrivals = [a for a in self.arrivals if a[0] != rid]
+        self.arrivals = [a for a in self.arrivals if a.rid != rid]
         req = self.sim.requests.get(rid)
         if req is None or req.finished_at is None:
             self.counters.aborted += 1
@@ -111,7 +169,7 @@ class Engine:
 
     @property
     def queued(self) -> int:
-        return len(self.sim.waiting) + len(self.arrivals)
+        return len(self.sim.waiting) + sum(not a.prebuilt for a in self.arrivals)
 
     async def run(self) -> None:
         """The scheduler loop: sleep until the next event's wall deadline, then process it.
@@ -151,8 +209,12 @@ class Engine:
             while True:
                 nxt, _ = self._next()
                 if nxt is None or self.stalled:
-                    shared.bound(INF)
-                    await self._idle()
+                    extra = min([INF, *(bound() for bound in self.bounds)])
+                    shared.bound(extra)
+                    if extra < INF:  # a bound that may lapse on its own: look again soon
+                        await self._wait(BOUND_POLL_S)
+                    else:
+                        await self._idle()
                     continue
                 horizon = self._horizon()
                 shared.bound(horizon)
@@ -173,9 +235,9 @@ class Engine:
     def _horizon(self) -> float:
         """How far the shared clock may run before this engine must have caught up: its next
         arrival or telling event."""
-        telling = self.sim.next_telling_time()
+        telling = min([self.sim.next_telling_time(), *(bound() for bound in self.bounds)])
         if self.arrivals:
-            return min(self.arrivals[0][3], telling)
+            return min(self.arrivals[0].at, telling)
         return telling
 
     def _next(self) -> tuple[float | None, float | None]:
@@ -183,7 +245,7 @@ class Engine:
         event = self.sim.next_event_time()
         nxt = event
         if self.arrivals:
-            first = self.arrivals[0][3]
+            first = self.arrivals[0].at
             nxt = first if nxt is None else min(nxt, first)
         return nxt, event
 
@@ -198,10 +260,12 @@ class Engine:
             await asyncio.wait_for(self.wake.wait(), timeout)
 
     def _process(self, until: float) -> None:
-        while self.arrivals and self.arrivals[0][3] <= until:
-            rid, prompt, new, at = self.arrivals.pop(0)
+        while self.arrivals and self.arrivals[0].at <= until:
+            a = self.arrivals.pop(0)
+            rid, prompt, new, at = a.rid, a.prompt, a.max_new, a.at
             self._dispatch(self.sim.advance(at))
-            req = self.sim.add(rid, prompt, new, at)
+            add = self.sim.add_prebuilt if a.prebuilt else self.sim.add
+            req = add(rid, prompt, new, at)
             stream = self.streams.get(rid)
             if stream is not None:
                 stream.request = req
@@ -214,7 +278,8 @@ class Engine:
         self.counters.generation_tokens += event.generated
 
     def _dispatch(self, events: list[TokenEvent]) -> None:
-        if self.shared is not None:  # before any stream sees them: the reader lets go
+        if self.shared is not None and self.tokens_read:  # before any stream sees them: the
+            # reader lets go
             owed = sum((e.generated == 1) + e.finished for e in events if e.rid in self.streams)
             self.shared.hold_if_attached(owed)
         for event in events:
@@ -226,3 +291,6 @@ class Engine:
                 stream.queue.put_nowait(event)
                 if event.finished:
                     del self.streams[event.rid]
+            if event.finished:
+                for hear in self.on_finish:
+                    hear(event.rid)

@@ -16,12 +16,15 @@ from typing import Any
 
 from aiohttp import web
 
+from pytest_kimi.mock.disagg import Bootstrap, BootstrapError, DecodeSide, PrefillSide
+from pytest_kimi.mock.engine import Engine, Stream
 from pytest_kimi.mock.faults import LOG_LINES
 from pytest_kimi.mock.http_common import (
     ARGS_KEY,
     ENGINE_KEY,
     FAULTS_KEY,
     GATE_KEY,
+    SIDE_KEY,
     BadRequest,
     error_body,
     sse,
@@ -112,9 +115,36 @@ def die(why: str) -> None:
     os._exit(1)
 
 
+async def _submit(
+    request: web.Request, rid: str, prompt: int, max_new: int, body: dict[str, Any]
+) -> tuple[Stream, int]:
+    """To the engine, or through this server's disaggregation side: the stream, and how many
+    tokens it will carry (a prefill server makes one)."""
+    engine: Engine = request.app[ENGINE_KEY]
+    side = request.app.get(SIDE_KEY)
+    if side is None:
+        return engine.submit(rid, prompt, max_new), max_new
+    try:
+        boot = Bootstrap.of(body)
+    except BootstrapError as exc:
+        raise BadRequest(str(exc)) from None
+    if isinstance(side, PrefillSide):
+        return side.submit(rid, prompt, boot), 1
+    assert isinstance(side, DecodeSide)
+    return await side.submit(rid, prompt, max_new, boot), max_new
+
+
+def _abort(request: web.Request, rid: str) -> None:
+    request.app[ENGINE_KEY].abort(rid)
+    side = request.app.get(SIDE_KEY)
+    if isinstance(side, PrefillSide | DecodeSide):
+        side.forget(rid)
+
+
 async def run_generation(
-    request: web.Request, prompt: int, max_new: int, stream: bool, render: Render
-) -> web.StreamResponse:
+    request: web.Request, prompt: int, max_new: int, stream: bool, render: Render,
+    body: dict[str, Any] | None = None,
+) -> web.StreamResponse:  # fmt: skip
     """Submit to the engine; stream (or collect) tokens, rendering each with ``render``."""
     engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
     faults.requests_seen += 1
@@ -128,7 +158,11 @@ async def run_generation(
     if faults.hold_until_late_health:  # test-only: wait until /health was seen late while busy
         await request.app[GATE_KEY].hold()
     rid = uuid.uuid4().hex
-    handle = engine.submit(rid, prompt, max_new)
+    try:  # a client that goes away while a disaggregated side waits frees what it took
+        handle, max_new = await _submit(request, rid, prompt, max_new, body or {})
+    except BaseException:
+        _abort(request, rid)
+        raise
     args = request.app[ARGS_KEY]
     replica = f"{args.host}:{args.port}" if args.mock_replica_header else None
     words = Words(output_words(rid, max_new))
@@ -160,13 +194,13 @@ async def run_generation(
                     die(f"crash after {engine.emitted_tokens} generated tokens")
                 if faults.cut_after_tokens is not None and generated >= faults.cut_after_tokens:
                     log.error("mock fault: cutting stream %s after %d tokens", rid, generated)
-                    engine.abort(rid)
+                    _abort(request, rid)
                     if request.transport is not None:
                         request.transport.close()
                     return response
         final = State(rid, prompt, words, generated, True, started, replica)
     except BaseException:
-        engine.abort(rid)
+        _abort(request, rid)
         raise
     if response is None:
         return web.json_response(render(final, whole=True))

@@ -18,6 +18,9 @@ ENGINE_KEY = web.AppKey("engine", Engine)
 ARGS_KEY = web.AppKey("args", MockArgs)
 FAULTS_KEY = web.AppKey("faults", Faults)
 GATE_KEY = web.AppKey("health_gate", HealthGate)
+# a disaggregated server's side (pytest_kimi.mock.disagg.PrefillSide or DecodeSide); absent
+# on a unified server
+SIDE_KEY = web.AppKey("disaggregation_side", object)
 
 
 def error_body(message: str, status: int, kind: str) -> str:

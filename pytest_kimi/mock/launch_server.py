@@ -13,16 +13,19 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from pytest_kimi.mock.args import MockArgs, parse_args
+from pytest_kimi.mock.bootstrap import bootstrap_app, serve_lines
 from pytest_kimi.mock.clock import SharedClock
+from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
 from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
+from pytest_kimi.mock.http_common import SIDE_KEY
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, follow, join
 from pytest_kimi.mock.scheduler import ReplicaSim
@@ -106,7 +109,16 @@ async def _main(args: MockArgs) -> int:
         return 0
     gpus = _publish_gpus(args, engine, rendezvous)
     await _load(args, stop, prefix)
-    runner = await _serve(build_app(args, engine, faults), args.host, args.port)
+    app = build_app(args, engine, faults)
+    try:
+        side, extras = await _disaggregation(args, engine, prefix)
+    except OSError as exc:
+        log.error("[%s] disaggregation bootstrap server on %s:%d: %s", prefix, args.host,
+                  args.disaggregation_bootstrap_port, exc)  # fmt: skip
+        return 1
+    if side is not None:
+        app[SIDE_KEY] = side
+    runner = await _serve(app, args.host, args.port)
     scheduler = asyncio.create_task(engine.run())
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     log.info(READY_LINE)
@@ -128,11 +140,53 @@ async def _main(args: MockArgs) -> int:
     scheduler.cancel()
     if gpus is not None:
         gpus.cancel()
+    if isinstance(side, DecodeSide):
+        await side.close()
+    for extra in extras:
+        await extra()
     if rendezvous is not None:
         await rendezvous.close()
     await runner.cleanup()
     log.info("[%s] shut down", prefix)
     return code
+
+
+async def _disaggregation(
+    args: MockArgs, engine: Engine, prefix: str
+) -> tuple[PrefillSide | DecodeSide | None, list[Callable[[], Awaitable[None]]]]:
+    """A disaggregated server's side; a prefill's also serves its bootstrap server and the
+    line its decode servers connect to. Returns the side and what to close at the end."""
+    mode = args.disaggregation_mode
+    if mode == "null":
+        return None, []
+    profile = Profile.from_mapping(args.profile)
+    if mode == "decode":
+        log.info("[%s] disaggregation: decode (prefill pp %d, transfer backend %s)", prefix,
+                 args.disaggregation_prefill_pp, args.disaggregation_transfer_backend)  # fmt: skip
+        side = DecodeSide(engine, profile, nodes=args.nnodes,
+                          bootstrap_port=args.disaggregation_bootstrap_port)  # fmt: skip
+        return side, []
+    decode_tp = args.disaggregation_decode_tp or args.tp_size
+    side = PrefillSide(engine, profile, nodes=args.nnodes, decode_tp=decode_tp)
+    lines = await serve_lines(args.host, side.hear)
+    rank_port = lines.sockets[0].getsockname()[1]
+    info = {"prefill_attn_tp_size": args.tp_size, "prefill_dp_size": args.dp_size,
+            "prefill_pp_size": args.pp_size, "prefill_page_size": 1}  # fmt: skip
+    try:
+        runner = await _serve(bootstrap_app(info, args.host, rank_port), args.host,
+                              args.disaggregation_bootstrap_port)  # fmt: skip
+    except OSError:
+        lines.close()
+        raise
+    log.info("[%s] disaggregation: prefill, bootstrap server on %s:%d (decode tp %d, "
+             "transfer backend %s)", prefix, args.host, args.disaggregation_bootstrap_port,
+             decode_tp, args.disaggregation_transfer_backend)  # fmt: skip
+
+    async def close() -> None:
+        lines.close()
+        await runner.cleanup()
+
+    return side, [close]
 
 
 def _publish_gpus(args: MockArgs, engine: Engine, peers: Rank0 | None) -> asyncio.Task | None:
@@ -216,13 +270,6 @@ def _uvicorn_style_bad_request(record: logging.LogRecord) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.disaggregation_mode != "null":
-        # serving each request whole on both sides would measure something SGLang never does
-        print(f"error: --disaggregation-mode {args.disaggregation_mode}: the mock does not "
-              "model prefill/decode disaggregation (a KV hand-off between servers); run "
-              "disaggregated layouts on real SGLang, or look at their commands with "
-              "--kimi-dry-run", file=sys.stderr, flush=True)  # fmt: skip
-        return 2
     logging.basicConfig(
         level=logging.INFO,
         format="[%(asctime)s] %(message)s",

@@ -24,7 +24,7 @@ from pathlib import Path
 from pytest_kimi.config import ClusterConfig
 from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.perfmodel import Profile
-from pytest_kimi.mock.twin import TwinRun, simulate
+from pytest_kimi.mock.twin import Side, TwinRun, simulate, simulate_pd
 from pytest_kimi.summary import Summary
 from pytest_kimi.workload.records import Chunk, RequestRecord
 
@@ -43,6 +43,35 @@ class Deployment:
     concurrency: int
     chunk_size: int
     seed: int
+
+
+def unified_layouts(cluster: ClusterConfig) -> list[str]:
+    """The layouts whose replicas serve requests whole (what the seed measured, and what
+    :func:`deployment` describes); a disaggregated one is :func:`pd_sides`'s."""
+    return [name for name, lay in cluster.layouts.items() if not lay.disaggregated]
+
+
+def pd_sides(cluster: ClusterConfig, layout: str) -> tuple[Side, Side]:
+    """A disaggregated layout's prefill and decode sides, for :func:`simulate_pd`."""
+    lay = cluster.layout(layout)
+    if not lay.disaggregated:
+        raise ValueError(f"{layout}: not a disaggregated layout")
+    gpus = min(n.gpus for n in cluster.used_nodes(lay))
+    prefill, decode = (Side(s.tp, s.pp, s.ep, s.nodes_per_replica, s.replicas, gpus)
+                       for s in lay.sides)  # fmt: skip
+    return prefill, decode
+
+
+def simulate_pd_layout(cluster: ClusterConfig, layout: str, input_lens: Sequence[int]) -> TwinRun:
+    """A disaggregated layout's measured run, offline (as the live mock plays it)."""
+    prefill, decode = pd_sides(cluster, layout)
+    wl, lay = cluster.workload, cluster.layout(layout)
+    chunk = cluster.server_args(lay, lay.sides[0]).get("chunked-prefill-size", 8192)
+    return simulate_pd(
+        profile_of(cluster), prefill=prefill, decode=decode, num_requests=wl.num_requests,
+        input_lens=input_lens, output_len=wl.output_len, concurrency=wl.concurrency,
+        chunk_size=int(chunk), seed=cluster.mock.seed if cluster.mock else 0,
+    )  # fmt: skip
 
 
 def deployment(cluster: ClusterConfig, layout: str) -> Deployment:

@@ -27,4 +27,4 @@ async def generate(request: web.Request) -> web.StreamResponse:
             return []
         return [{"text": s.text(), "meta_info": s.meta()}]
 
-    return await run_generation(request, prompt_tokens(prompt), max_new, stream, render)
+    return await run_generation(request, prompt_tokens(prompt), max_new, stream, render, body)

@@ -52,7 +52,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         }
         return [{**head, "choices": [choice], "usage": None}]
 
-    return await run_generation(request, prompt_tokens(body.get("prompt")), max_new, stream, render)
+    prompt = prompt_tokens(body.get("prompt"))
+    return await run_generation(request, prompt, max_new, stream, render, body)
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
@@ -83,7 +84,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         choice = {"index": 0, "delta": delta, "finish_reason": "length" if s.done else None}
         return [{**head, "choices": [choice], "usage": None}]
 
-    return await run_generation(request, count_tokens(prompt), max_new, stream, render)
+    return await run_generation(request, count_tokens(prompt), max_new, stream, render, body)
 
 
 def _reasoning_chunks(head: dict[str, Any], s: State) -> list[dict[str, Any]]:

@@ -12,6 +12,13 @@ Scheduling rules (SGLang's defaults, radix cache off):
 * without ``mixed_chunk`` a batch is either prefill or decode, prefill first (SGLang's default);
   with it (``--enable-mixed-chunk``) running decodes ride along with the prefill chunk;
 * with PP, up to ``pp`` micro-batches are in flight; a request sits in at most one of them.
+
+For prefill/decode disaggregation (:mod:`pytest_kimi.mock.disagg`) the same scheduler serves
+either side: a prefill server's requests ask for one token (SGLang sets ``max_new_tokens`` to
+1 there) and :attr:`ReplicaSim.on_chunk` hears of each prefilled chunk, whose KV is then sent;
+a decode server takes requests whose KV has arrived (:meth:`ReplicaSim.add_prebuilt`) and,
+as SGLang's "prebuilt" step does, gives each its first token (the prefill's) at the first
+step boundary after it landed, with no forward pass, before decoding it with the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pytest_kimi.mock.perfmodel import CostModel, Prefill
@@ -72,6 +80,7 @@ class _Batch:
     decodes: list[SimRequest]
     done_at: float = 0.0
     seq: int = 0
+    started: float = 0.0
 
     def __lt__(self, other: _Batch) -> bool:
         return (self.done_at, self.seq) < (other.done_at, other.seq)
@@ -102,6 +111,9 @@ class ReplicaSim:
         self.steps = 0
         self._fastest: float | None = None
         self.busy_s = 0.0  # cluster seconds a stage spent on batches (GPU utilisation)
+        self.prebuilt: list[SimRequest] = []  # decode side: KV landed (or landing), in order
+        # prefill side: (request, tokens, started, done: cluster times) per prefilled chunk
+        self.on_chunk: Callable[[SimRequest, int, float, float], None] | None = None
 
     # -- inputs --------------------------------------------------------------------------
     def add(self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float) -> SimRequest:
@@ -111,6 +123,19 @@ class ReplicaSim:
         self.waiting.append(req)
         return req
 
+    def add_prebuilt(
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float
+    ) -> SimRequest:
+        """Decode side: a request whose KV cache lands at cluster time ``at`` (not before
+        :attr:`now`), its prompt already prefilled elsewhere. Admitted at the first step
+        boundary from then on (FIFO, up to ``max_running``), where its first token comes out."""
+        req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
+        req.prefilled = req.prompt_tokens
+        self.requests[rid] = req
+        self.prebuilt.append(req)
+        self.prebuilt.sort(key=lambda r: r.arrival)  # stable: equal landings keep their order
+        return req
+
     def abort(self, rid: str) -> None:
         """Drop a request whose client went away (SGLang aborts it too)."""
         req = self.requests.get(rid)
@@ -118,6 +143,8 @@ class ReplicaSim:
             return
         if req in self.waiting:
             self.waiting.remove(req)
+        if req in self.prebuilt:
+            self.prebuilt.remove(req)
         if req in self.running and not req.in_flight:
             self.running.remove(req)
         req.finished_at = self.now
@@ -129,7 +156,16 @@ class ReplicaSim:
         times = [b.done_at for b in self.in_flight]
         if self._has_work():
             times.append(max(self.now, self.stage_free[0]))
+        admit = self._next_admission()
+        if admit is not None:
+            times.append(admit)
         return min(times) if times else None
+
+    def _next_admission(self) -> float | None:
+        """When the next landed request can be admitted (its first token comes out then)."""
+        if not self.prebuilt or len(self.running) >= self.max_running:
+            return None
+        return max(self.now, self.prebuilt[0].arrival, self.stage_free[0])
 
     def next_telling_time(self) -> float:
         """The earliest cluster time a request's first or last token can come out (inf: none
@@ -143,6 +179,9 @@ class ReplicaSim:
         nxt = self.next_event_time()
         if nxt is not None:
             times.append(nxt + self._fastest_batch())
+        admit = self._next_admission()
+        if admit is not None:  # a first token, with no batch to wait for
+            times.append(admit)
         return min(times, default=math.inf)
 
     def _telling(self, batch: _Batch) -> bool:
@@ -169,6 +208,8 @@ class ReplicaSim:
             self.now = max(self.now, nxt)
             while self.in_flight and self.in_flight[0].done_at <= self.now:
                 events.extend(self._complete(heapq.heappop(self.in_flight)))
+            if self.stage_free[0] <= self.now:
+                events.extend(self._admit_prebuilt())
             if self.stage_free[0] <= self.now and len(self.in_flight) < self.cost.pp:
                 self._launch()
         self.now = max(self.now, until)
@@ -181,6 +222,21 @@ class ReplicaSim:
         if any(self._can_decode(r) or self._can_prefill(r) for r in self.running):
             return True
         return bool(self.waiting) and len(self.running) < self.max_running
+
+    def _admit_prebuilt(self) -> list[TokenEvent]:
+        """Landed requests join the running batch, each with its first token, now."""
+        events = []
+        while (
+            self.prebuilt
+            and self.prebuilt[0].arrival <= self.now
+            and len(self.running) < self.max_running
+        ):
+            req = self.prebuilt.pop(0)
+            req.admitted_at = self.now
+            self.running.append(req)
+            events.append(self._emit(req, self.now))
+            self._maybe_drop(req)
+        return events
 
     @staticmethod
     def _can_decode(req: SimRequest) -> bool:
@@ -197,7 +253,7 @@ class ReplicaSim:
             decodes = [r for r in self.running if self._can_decode(r)]
         if not prefills and not decodes:
             return
-        batch = _Batch(prefills, decodes, seq=self.steps)
+        batch = _Batch(prefills, decodes, seq=self.steps, started=self.now)
         self.steps += 1
         for req, _ in prefills:
             req.in_flight = True
@@ -249,6 +305,8 @@ class ReplicaSim:
         for req, n in batch.prefills:
             req.in_flight = False
             req.prefilled += n
+            if self.on_chunk is not None and req.finished_at is None:
+                self.on_chunk(req, n, batch.started, batch.done_at)
             if req.prefilled == req.prompt_tokens and req.finished_at is None:
                 events.append(self._emit(req, batch.done_at))
         for req in batch.decodes:

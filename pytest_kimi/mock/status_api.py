@@ -8,7 +8,8 @@ import time
 
 from aiohttp import web
 
-from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, GATE_KEY
+from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
+from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, GATE_KEY, SIDE_KEY
 
 VERSION = "0.5.9-kimi-mock"
 
@@ -97,8 +98,9 @@ async def metrics(request: web.Request) -> web.Response:
     if not args.enable_metrics:
         return web.Response(status=404, text="metrics are off; start with --enable-metrics\n")
     model = args.served_model_name
+    kind = args.disaggregation_mode if args.disaggregation_mode != "null" else "unified"
     sched = (
-        f'{{model_name="{model}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
+        f'{{model_name="{model}",engine_type="{kind}",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
     )
     tok = f'{{model_name="{model}"}}'
     done = engine.counters
@@ -116,4 +118,44 @@ async def metrics(request: web.Request) -> web.Response:
         *_family("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.",
                  tok, done.aborted),
     ]  # fmt: skip
+    side = request.app.get(SIDE_KEY)
+    if isinstance(side, PrefillSide | DecodeSide):
+        lines += _disaggregation(side, engine.cluster_now(), sched)
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+# SGLang 0.5.9's PD gauges (srt/metrics/collector.py, SchedulerMetricsCollector)
+QUEUE_DOCS = {
+    "num_prefill_prealloc_queue_reqs": "The number of requests in the prefill prealloc queue.",
+    "num_prefill_inflight_queue_reqs": "The number of requests in the prefill inflight queue.",
+    "num_decode_prealloc_queue_reqs": "The number of requests in the decode prealloc queue.",
+    "num_decode_transfer_queue_reqs": "The number of requests in the decode transfer queue.",
+}
+# exported by a prefill server and never set in 0.5.9 (scheduler_metrics_mixin.py): always 0
+KV_TRANSFER_DOCS = {
+    "kv_transfer_speed_gb_s": "The transfer speed of the KV cache in GB/s.",
+    "kv_transfer_latency_ms": "The transfer latency of the KV cache in ms.",
+    "kv_transfer_bootstrap_ms": "The bootstrap time of the KV transfer in ms.",
+    "kv_transfer_alloc_ms": "The allocation waiting time of the KV transfer in ms.",
+    "kv_transfer_total_mb": "The total number of tokens transferred in the KV cache.",
+}
+PD_COUNTER_DOCS = {
+    "num_bootstrap_failed_reqs_total": "The number of bootstrap failed requests.",
+    "num_transfer_failed_reqs_total": "The number of transfer failed requests.",
+    "num_prefill_retries_total": "Total number of prefill retries.",
+}
+
+
+def _disaggregation(side: PrefillSide | DecodeSide, now: float, sched: str) -> list[str]:
+    """A disaggregated server's queue gauges, failure counters (declared: the mock has no
+    failures, and prometheus_client shows a labelled counter's sample from its first one),
+    the prefill's KV transfer gauges (0, as SGLang's) and the per-stage latency histogram."""
+    lines: list[str] = []
+    for name, value in side.gauges(now).items():
+        lines += _family(f"sglang:{name}", "gauge", QUEUE_DOCS[name], sched, value)
+    for name, doc in PD_COUNTER_DOCS.items():  # declared; no sample until one fails
+        lines += [f"# HELP sglang:{name} {doc}", f"# TYPE sglang:{name} counter"]
+    if isinstance(side, PrefillSide):
+        for name, doc in KV_TRANSFER_DOCS.items():
+            lines += _family(f"sglang:{name}", "gauge", doc, sched, 0.0)
+    return lines + side.stages.lines(sched)

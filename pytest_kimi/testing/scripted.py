@@ -29,7 +29,8 @@ asyncio protocol rather than a web framework on purpose: arrival is stamped in
 ``data_received`` and every chunk's write right around ``transport.write``, with no framework
 queueing in between. ``GET /truth`` returns what happened, per request, with the client's port;
 ``GET /gets`` when every other GET (``/get_server_info``: bench_serving's last call) came in
-and was answered.
+and was answered (just before and just after its write: the server may be preempted between
+its write and its stamp, while the client reads the answer).
 
 Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
 """
@@ -164,9 +165,11 @@ class _Protocol(asyncio.Protocol):
             self.state.gets.clear()
             self._send("200 OK", "text/plain", b"ok")
         elif method == "GET":  # /get_server_info, /get_model_info, /health: stamped
-            info = {"model_path": "scripted", "is_generation": True}
-            self._send("200 OK", "application/json", json.dumps(info).encode())
-            self.state.gets.append({"path": path, "head": self.head_at, "end": time.perf_counter()})
+            info = json.dumps({"model_path": "scripted", "is_generation": True}).encode()
+            before = time.perf_counter()  # the answer cannot be read before its write began
+            self._send("200 OK", "application/json", info)
+            self.state.gets.append({"path": path, "head": self.head_at, "end_before": before,
+                                    "end": time.perf_counter()})  # fmt: skip
         else:
             self._send("404 Not Found", "text/plain", b"not found")
 

@@ -218,6 +218,9 @@ class Holds:
             self.clock.release()
 
 
+TAKEN_POLL_S = 0.0005  # wall seconds between looks at the shared clock's count of arrivals
+
+
 class _Turn:
     """A request's turn under an optional lock, given back exactly once."""
 
@@ -235,6 +238,13 @@ class _Turn:
             self.lock.release()
 
 
+async def _give_when_taken(turn: _Turn, taken: Callable[[], int], before: int) -> None:
+    """Give the turn back once an engine has taken a request in (ours: the only one out)."""
+    while taken() <= before:
+        await asyncio.sleep(TAKEN_POLL_S)
+    turn.give()
+
+
 async def send_one(
     http: httpx.AsyncClient,
     url: str,
@@ -245,12 +255,16 @@ async def send_one(
     clock: Callable[[], float] = time.perf_counter,
     holds: Holds | None = None,
     in_order: asyncio.Lock | None = None,
+    taken: Callable[[], int] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; failures are recorded, not raised.
 
     ``holds``: the shared clock's holds for this request (:class:`Holds`); none on wall time.
     ``in_order``: held from before the request goes out until its answer's head (or its
-    failure) is back, so requests sent at one instant reach the server in order."""
+    failure) is back, so requests sent at one instant reach the server in order; or, with
+    ``taken`` (the shared clock's count of requests engines took in), until that count
+    grows: through a disaggregating router the head comes back only once the prefill server
+    has answered, which takes cluster time that the requests still waiting hold still."""
     parser = _StreamParser(api)
     held = holds or Holds(WALL)
     content = orjson.dumps(body)  # our own work: done before the request's clock starts
@@ -263,11 +277,14 @@ async def send_one(
             record.send_time = clock()
 
     turn = _Turn(in_order)
+    watch: asyncio.Task[None] | None = None
     try:
         async with asyncio.timeout(timeout_s):
             if in_order is not None:  # a turn is ours to wait for, not the request's time
                 await turn.take()
                 record.start_time = record.send_time = clock()
+                if taken is not None:
+                    watch = asyncio.create_task(_give_when_taken(turn, taken, taken()))
             extensions = {"trace": trace, "kimi_phases": phases}
             stream = http.stream("POST", url, content=content, headers=JSON_HEADERS,
                                  extensions=extensions)  # fmt: skip
@@ -295,6 +312,9 @@ async def send_one(
         record.error = f"malformed SSE data: {exc}"
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}"
+    finally:  # also when the run is cancelled: no watcher outlives its request
+        if watch is not None:
+            watch.cancel()
     turn.give()
     if not answered:
         held.not_taken()
@@ -489,7 +509,7 @@ async def _send_all(
             body = payload(options.api, spec.text, options.output_len, options.model)
             on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s,
-                           clock.now, holds, in_order)  # fmt: skip
+                           clock.now, holds, in_order, clock.taken)  # fmt: skip
             on_done(record)
             return record
         finally:

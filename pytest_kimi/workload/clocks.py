@@ -36,6 +36,10 @@ class RunClock(Protocol):
 
     def release(self, n: int = 1) -> None: ...
 
+    def taken(self) -> int:
+        """How many requests engines have taken in (a count that only grows)."""
+        ...
+
     def attach(self) -> contextlib.AbstractContextManager[object]: ...
 
     async def sleep_until(self, t: float) -> None:
@@ -61,6 +65,10 @@ class WallClock:
 
     def release(self, n: int = 1) -> None:
         """Nothing to let go."""
+
+    def taken(self) -> int:
+        """Not known on a real cluster (and not needed: nothing is sent in order)."""
+        return 0
 
     @contextlib.contextmanager
     def attach(self) -> Iterator[WallClock]:

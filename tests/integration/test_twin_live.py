@@ -1,7 +1,10 @@
 """The twin check on the live product path: the mock's DP2 run of tp32, pp8 and tp32-cp4k,
-through the real router and the product's client, must equal the offline twin of the same
-prompts, show the seed's headline trade-off (PP8: lower TTFT p95, higher TPOT, longer, lower
-throughput), and move TTFT and TPOT with a smaller chunked prefill as the model predicts."""
+and the disaggregated pd-pp8-tp32 (a PP8 prefill server handing each prompt's KV cache to a
+TP32 decode server), through the real router and the product's client, must equal the offline
+twin of the same prompts, show the seed's headline trade-off (PP8: lower TTFT p95, higher
+TPOT, longer, lower throughput) and what its proposal expects of disaggregation (TTFT near
+PP8's, TPOT no worse than TP32's), and move TTFT and TPOT with a smaller chunked prefill as
+the model predicts."""
 
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "\n  time_scale: 40 " in shipped
     (work / "local.yaml").write_text(shipped.replace("\n  time_scale: 40 ", "\n  time_scale: 200 "))
     done = subprocess.run(
-        [*pytest_argv(), "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k",
+        [*pytest_argv(), "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k,pd-pp8-tp32",
          "--kimi-report-dir=out", "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
         cwd=work, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -44,21 +47,18 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k"])
+@pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32"])
 def test_the_live_mock_equals_its_twin_on_every_seed_cell(mission_run: Path, layout: str):
     """The mock's model, run live (8 server processes, the router, the product's client, one
     shared clock), gives what the offline twin gives on the same prompts: the wall time of
-    client, router and HTTP is kept out of cluster time (docs/mock.md, "One clock")."""
+    client, router and HTTP is kept out of cluster time (docs/mock.md, "One clock"); for the
+    disaggregated layout also the wall time of the two sides' notices to each other."""
     cluster = load_cluster(LOCAL)
     lens = mission.mission_input_lens(cluster)
     records = [json.loads(line) for line in (mission_run / layout / "records.jsonl").open()]
     measured = sorted((r for r in records if r["index"] >= 0), key=lambda r: r["index"])
     assert [r["prompt_tokens"] for r in measured] == lens  # the same prompts, in order
-    twin = mission.summarize_twin(
-        mission.simulate_deployment(
-            mission.profile_of(cluster), mission.deployment(cluster, layout), lens
-        )
-    ).to_dict()
+    twin = _twin(cluster, layout)
     live = json.loads((mission_run / layout / "summary.json").read_text())
     off = {
         cell: round(live[cell] / twin[cell] - 1, 4)
@@ -88,10 +88,25 @@ def test_mock_dp2_reproduces_the_seed_directions(mission_run: Path):
 
 def _twin(cluster, layout: str) -> dict:
     lens = mission.mission_input_lens(cluster)
+    if cluster.layout(layout).disaggregated:
+        return mission.summarize_twin(mission.simulate_pd_layout(cluster, layout, lens)).to_dict()
     deployment = mission.deployment(cluster, layout)
     return mission.summarize_twin(
         mission.simulate_deployment(mission.profile_of(cluster), deployment, lens)
     ).to_dict()
+
+
+def test_disaggregation_keeps_pp8s_ttft_and_tp32s_tpot(mission_run: Path):
+    """The seed's proposal: prefill on PP8 (its TTFT p95 was the better), decode on TP32 (its
+    TPOT was). The KV cache now crosses the network (1.15 GB a 16K prompt, to each of 32
+    decode ranks), and one prefill replica serves every prompt, so TTFT p95 comes close to
+    PP8's rather than below it; decoding alone, the TP32 side's TPOT is below TP32's."""
+    summary = {name: json.loads((mission_run / name / "summary.json").read_text())
+               for name in ("tp32", "pp8", "pd-pp8-tp32")}  # fmt: skip
+    pd, pp8, tp32 = summary["pd-pp8-tp32"], summary["pp8"], summary["tp32"]
+    assert abs(pd["p95_ttft_ms"] / pp8["p95_ttft_ms"] - 1) < 0.25, (pd["p95_ttft_ms"], pp8)
+    assert pd["p95_ttft_ms"] < tp32["p95_ttft_ms"]
+    assert pd["mean_tpot_ms"] < tp32["mean_tpot_ms"] and pd["p95_tpot_ms"] < tp32["p95_tpot_ms"]
 
 
 def test_a_smaller_chunked_prefill_moves_ttft_and_tpot_as_the_model_predicts(mission_run: Path):

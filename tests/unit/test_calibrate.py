@@ -24,7 +24,7 @@ KNOBS = ["mfu", "step_overhead"]
 @pytest.fixture(scope="module")
 def local():
     cluster = load_cluster(LOCAL)
-    deps = {name: mission.deployment(cluster, name) for name in cluster.layouts}
+    deps = {name: mission.deployment(cluster, name) for name in mission.unified_layouts(cluster)}
     return cluster, deps, mission.mission_input_lens(cluster)
 
 

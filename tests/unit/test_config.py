@@ -73,7 +73,11 @@ def test_local_yaml_loads() -> None:
     assert [n.name for n in cfg.nodes] == [f"node60{i}" for i in range(1, 9)]
     assert all(n.host == "127.0.0.1" and n.gpus == 8 for n in cfg.nodes)
     assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
-    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k"]
+    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32"]
+    prefill, decode = cfg.layout("pd-pp8-tp32").sides
+    assert (prefill.role, prefill.tp, prefill.pp, prefill.nodes_per_replica) == ("prefill", 4, 8, 4)
+    assert (decode.role, decode.tp, decode.pp, decode.nodes_per_replica) == ("decode", 32, 1, 4)
+    assert prefill.bootstrap_port is None  # auto on a local cluster: drawn at bring-up
     assert cfg.layouts["tp32"] == Layout("tp32", tp=32, pp=1, ep=4)
     assert cfg.layouts["pp8"] == Layout("pp8", tp=4, pp=8, ep=4)
     cp4k = cfg.layout("tp32-cp4k")

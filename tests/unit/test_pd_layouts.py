@@ -169,12 +169,22 @@ def test_an_ssh_cluster_needs_a_fixed_bootstrap_port(tmp_path: Path) -> None:
     assert "fixed ports, not 'auto'" in message
 
 
-def test_the_mock_refuses_to_serve_one_side_of_a_disaggregated_layout(capsys) -> None:
-    from pytest_kimi.mock.launch_server import main
-
-    code = main(["--model-path", "x", "--disaggregation-mode", "decode"])
-    assert code == 2
-    assert "the mock does not model prefill/decode disaggregation" in capsys.readouterr().err
+def test_the_local_cluster_plays_the_seeds_pd_layout_on_the_mock() -> None:
+    """clusters/local.yaml's pd-pp8-tp32: the mock's servers get SGLang's flags per side and a
+    drawn bootstrap port (the replicas share one host)."""
+    cluster = load_cluster(CLUSTERS / "local.yaml")
+    plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(range(42000, 42100)))
+    heads = {spec.replica_name: spec for spec in plan.rank0()}
+    assert set(heads) == {"prefill0", "decode0"}
+    prefill, decode = heads["prefill0"].argv, heads["decode0"].argv
+    assert "pytest_kimi.mock.launch_server" in prefill
+    port = prefill[prefill.index("--disaggregation-bootstrap-port") + 1]
+    assert 42000 <= int(port) < 42100
+    assert prefill[prefill.index("--disaggregation-decode-tp") + 1] == "32"
+    assert decode[decode.index("--disaggregation-mode") + 1] == "decode"
+    assert decode[decode.index("--disaggregation-prefill-pp") + 1] == "8"
+    router = " ".join(plan.router.argv)
+    assert f"--prefill http://127.0.0.1:{heads['prefill0'].port} {port}" in router
 
 
 def test_the_manifest_records_each_side_as_deployed() -> None:
@@ -190,18 +200,6 @@ def test_the_manifest_records_each_side_as_deployed() -> None:
     )  # fmt: skip
     assert decode["nodes"] == ["node605", "node606", "node607", "node608"]
     assert decode["bootstrap_port"] is None and decode["router_policy"] == "round_robin"
-
-
-def test_a_mock_cluster_refuses_a_disaggregated_layout_naming_it(tmp_path: Path) -> None:
-    text = (CLUSTERS / "local.yaml").read_text().replace(
-        "\nlayouts:\n",
-        "\nlayouts:\n  pd:\n    prefill: {tp: 4, pp: 8, ep: 4, nodes_per_replica: 4}\n"
-        "    decode: {tp: 32, ep: 4, nodes_per_replica: 4}\n",
-        1,
-    )
-    _, message = load_error(tmp_path, text)
-    assert "field 'layouts.pd.prefill'" in message
-    assert "the embedded mock does not model prefill/decode disaggregation" in message
 
 
 @pytest.mark.parametrize(
