@@ -110,6 +110,14 @@ AGGREGATES: dict[str, Metric] = {
             False,
             "total_answer_tokens",
         ),
+        # speculative decoding: tokens per verify step (SGLang's spec_accept_length)
+        _aggregate(
+            "spec_accept_length",
+            "Spec accept length (tokens per step)",
+            "tok/step",
+            True,
+            "spec_accept_length",
+        ),
     )
 }
 
@@ -147,6 +155,9 @@ REASONING_ROWS: tuple[str, ...] = (
 )  # fmt: skip
 """Rows the comparison adds after the TTFT rows when any layout streamed reasoning tokens:
 elsewhere TTFAT equals TTFT and the split is all answer, so they would say nothing new."""
+
+SPEC_ROWS: tuple[str, ...] = ("spec_accept_length",)
+"""The row the comparison adds after the TPOT rows when any layout decoded speculatively."""
 
 BASELINE_METRICS: tuple[str, ...] = (
     "ttft_mean", "ttft_median", "ttft_p95", "ttft_p99",

@@ -75,7 +75,8 @@ def measure(
 
     point = point or Point()
     wl = inputs.workload_of(point)
-    prompts = [RequestSpec(p.id, p.text, wl.input_len) for p in inputs.prompts_of(point).prompts]
+    prompts = [RequestSpec(p.id, p.text, wl.input_len, p.category)
+               for p in inputs.prompts_of(point).prompts]  # fmt: skip
     warmup, measured = prompts[: wl.warmup_requests], prompts[wl.warmup_requests :]
     options = ClientOptions(
         api=wl.api,
@@ -122,11 +123,19 @@ def measure(
         events.measuring(len(measured), inputs.time_scale)
         shared_before = clock.stats() if clock is not None else None
         records += send(measured, [])
+        server_accept = None
         if urls:
-            from pytest_kimi.report.replicacounters import deltas
+            from pytest_kimi.report.replicacounters import deltas, server_accept_length
 
             after = _snapshot(urls, router_metrics_url)
             result.replica_counters = deltas(urls, counted_from, after)
+            server_accept = server_accept_length(after)
+            if layout.disaggregated:
+                from pytest_kimi.report.pdstages import stage_times
+
+                result.stage_times = stage_times(counted_from.stages, after.stages, after.kv)
+                if result.stage_times is not None:
+                    result.notes.extend(result.stage_times.notes)
         folder.write_records(layout.name, records, point.id)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
@@ -139,6 +148,7 @@ def measure(
             time_scale=inputs.time_scale,
             percentiles=inputs.percentiles(layout.name),
             goodput_limits_ms=dict(wl.goodput_ms),
+            server_accept_length=server_accept,
         )
     except WarmupFailed as exc:
         folder.write_records(layout.name, started, point.id)
@@ -264,6 +274,7 @@ def _metrics_text(url: str) -> str | None:
 
 def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapshot:
     """Every replica's request/token counters and the router's per-worker attempts, now."""
+    from pytest_kimi.report.pdstages import kv_gauges, stage_totals
     from pytest_kimi.report.replicacounters import (
         Snapshot,
         router_worker_totals,
@@ -271,18 +282,22 @@ def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapsh
     )
 
     servers: dict[str, dict[str, float] | None] = {}
+    stages: dict[str, dict[str, tuple[float, float]] | None] = {}
+    kv: dict[str, dict[str, float] | None] = {}
     for name, url in urls.items():
         text = _metrics_text(url.rstrip("/") + "/metrics")
         try:
             servers[name] = None if text is None else server_totals(text)
+            stages[name] = None if text is None else stage_totals(text)
+            kv[name] = None if text is None else kv_gauges(text)
         except ValueError:  # not Prometheus text
-            servers[name] = None
+            servers[name] = stages[name] = kv[name] = None
     router_text = _metrics_text(router_metrics_url) if router_metrics_url and urls else None
     try:
         router = None if router_text is None else router_worker_totals(router_text)
     except ValueError:
         router_text, router = None, None
-    return Snapshot(servers, router, router_read=router_text is not None)
+    return Snapshot(servers, router, router_read=router_text is not None, stages=stages, kv=kv)
 
 
 def _router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> list[str]:

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 from pytest_kimi.summary import (
     DEFAULT_PERCENTILES,
@@ -180,10 +181,14 @@ def summarize(
     time_scale: float = 1.0,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     goodput_limits_ms: Mapping[str, float] | None = None,
+    server_accept_length: float | None = None,
 ) -> Summary:
-    """All of a run's statistics from its per-request records.
+    """All of a run's statistics from its per-request records, overall and (where the
+    requests come from more than one SPEED-Bench category) per category.
 
     ``goodput_limits_ms`` (keys "ttft", "tpot", "e2e") adds :func:`goodput` to the summary.
+    ``server_accept_length``: the replicas' ``sglang:spec_accept_length`` after the run, the
+    accept length where no record carries speculative counts (:func:`spec_accept_length`).
 
     Only successful requests feed latencies and token totals; failures are counted and
     included in the duration and exact peak. A successful request without a first-token
@@ -241,7 +246,40 @@ def summarize(
         goodput_limits_ms=tuple(sorted((goodput_limits_ms or {}).items())),
         ttfat_ms=distribution(ttfats, stat_percentiles),
         total_reasoning_tokens=total_reasoning,
+        **_speculation(ok, server_accept_length),
+        by_category=_by_category(
+            measured, time_scale=scale, percentiles=configured, goodput_limits_ms=goodput_limits_ms
+        ),
     )
+
+
+def spec_accept_length(records: Sequence[RequestRecord]) -> float:
+    """Completion tokens per verify step over the requests that report their steps (SGLang's
+    per-request ``spec_accept_length`` is the same ratio for one request): NaN when none
+    does. Token-weighted, so long requests count as much as they decoded."""
+    counted = [r for r in records if r.spec_verify_ct]
+    steps = sum(r.spec_verify_ct or 0 for r in counted)
+    return sum(r.output_tokens for r in counted) / steps if steps else _NAN
+
+
+def _speculation(ok: Sequence[RequestRecord], server: float | None) -> dict:
+    length = spec_accept_length(ok)
+    if not math.isnan(length):
+        return {"spec_accept_length": length, "spec_accept_length_source": "meta_info"}
+    if server is not None and server > 0:  # the gauge is 0 on a server that does not speculate
+        return {"spec_accept_length": server, "spec_accept_length_source": "server"}
+    return {}
+
+
+def _by_category(measured: Sequence[RequestRecord], **options: Any) -> dict[str, Summary]:
+    """Each category's requests summarized alone; empty unless there are two or more (one
+    category's figures would repeat the overall ones). The server's gauge is not split: it
+    has no categories."""
+    names = sorted({r.category for r in measured if r.category is not None})
+    if len(names) < 2:
+        return {}
+    return {name: summarize([r for r in measured if r.category == name], **options)
+            for name in names}  # fmt: skip
 
 
 def per_request_ms(

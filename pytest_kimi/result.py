@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kimi.slo import Slo, Verdict
 
 if TYPE_CHECKING:
+    from pytest_kimi.report.pdstages import StageTimes
     from pytest_kimi.report.replicacounters import ReplicaCounters
     from pytest_kimi.summary import Summary
     from pytest_kimi.telemetry_stats import TelemetrySeries, TelemetrySummary
@@ -41,6 +42,8 @@ class LayoutResult:
     telemetry_series: TelemetrySeries | None = field(default=None, repr=False)
     point: str = ""  # the workload point's id ("" when the run has one point)
     point_settings: dict[str, Any] = field(default_factory=dict)  # what the point sets
+    # a disaggregated layout: SGLang's per-stage latencies over the run (where TTFT goes)
+    stage_times: StageTimes | None = None
 
     @property
     def case(self) -> str:

@@ -97,6 +97,8 @@ def summary_document(result: LayoutResult, backend: str, time_scale: float) -> d
     }
     if result.telemetry is not None:
         data["telemetry"] = result.telemetry.to_dict()
+    if result.stage_times is not None:
+        data["pd_stages"] = result.stage_times.to_dict()
     if result.summary is not None:
         data.update(result.summary.to_dict())
         data["slo"] = [{**verdict_to_dict(v), "message": v.message()} for v in result.verdicts]
@@ -108,6 +110,7 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
 
     The summary's figures are the stored ones; ``records.jsonl`` is read for what needs every
     request (bootstrap intervals, plots)."""
+    from pytest_kimi.report.pdstages import StageTimes
     from pytest_kimi.report.replicacounters import ReplicaCounters
     from pytest_kimi.telemetry_stats import TelemetrySummary, read_telemetry
     from pytest_kimi.workload.records import read_records
@@ -122,6 +125,8 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         }
         telemetry = saved.get("telemetry")
         telemetry = TelemetrySummary.from_dict(telemetry) if telemetry is not None else None
+        stages = saved.get("pd_stages")
+        stages = StageTimes.from_dict(stages) if stages is not None else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SavedRunError(f"{summary_path}: not a saved layout result ({exc})") from None
     series = None
@@ -143,6 +148,7 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         replica_counters=counters,
         telemetry=telemetry,
         telemetry_series=series,
+        stage_times=stages,
     )
     result.verdicts = [verdict_from_dict(e) for e in saved.get("slo", []) if "limit" in e]
     return result, saved

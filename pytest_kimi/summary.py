@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -159,6 +159,13 @@ class Summary:
     # reasoning models: time to the first answer token, and how many output tokens were thinking
     ttfat_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
     total_reasoning_tokens: int = 0
+    # speculative decoding: completion tokens per verify step; NaN where nothing speculated.
+    # Source: "meta_info" (each request's spec_verify_ct) or "server" (the replicas'
+    # sglang:spec_accept_length gauge, where responses carry no counts: the OpenAI APIs)
+    spec_accept_length: float = _NAN
+    spec_accept_length_source: str | None = None
+    # the same figures over each SPEED-Bench category's requests (empty: one category or none)
+    by_category: Mapping[str, Summary] = field(default_factory=dict)
 
     @property
     def total_answer_tokens(self) -> int:
@@ -247,6 +254,9 @@ class Summary:
         out["goodput"] = self.goodput
         out["goodput_limits_ms"] = dict(self.goodput_limits_ms)
         out["distributions"] = {attr: getattr(self, attr).to_dict() for attr in _ATTRS.values()}
+        out["spec_accept_length"] = self.spec_accept_length
+        out["spec_accept_length_source"] = self.spec_accept_length_source
+        out["by_category"] = {name: sub.to_dict() for name, sub in self.by_category.items()}
         return json_safe(out)
 
     @classmethod
@@ -279,4 +289,9 @@ class Summary:
             goodput=_number(data.get("goodput")),
             goodput_limits_ms=tuple(sorted(data.get("goodput_limits_ms", {}).items())),
             total_reasoning_tokens=int(data.get("total_reasoning_tokens") or 0),
+            spec_accept_length=_number(data.get("spec_accept_length")),
+            spec_accept_length_source=data.get("spec_accept_length_source"),
+            by_category={
+                name: cls.from_dict(sub) for name, sub in (data.get("by_category") or {}).items()
+            },
         )

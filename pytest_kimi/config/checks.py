@@ -190,6 +190,28 @@ def _check_layout(src: Located, raw: ClusterFile, name: str, layout: Any, names:
                     f"{field}.{sub}.{flag}",
                     f"null removes a flag, but {where} does not set --{flag}",
                 )
+    _check_speculative(src, raw, field, layout, sides)
+
+
+def _check_speculative(
+    src: Located, raw: ClusterFile, field: str, layout: Any, sides: list[tuple[str, Any]]
+) -> None:
+    """SGLang 0.5.9 refuses speculative decoding with pipeline parallelism
+    (``ServerArgs.check_server_args``): say so here, naming the flag, not on every node."""
+    servers = [(f"{field}.{role}", s.pp, [("server.args", raw.server.args),
+                (f"{field}.args", layout.args), (f"{field}.{role}.args", s.args)])
+               for role, s in sides] or [
+        (field, layout.pp, [("server.args", raw.server.args), (f"{field}.args", layout.args)])
+    ]  # fmt: skip
+    for where, pp, sources in servers:
+        flag = None  # the last place that sets it wins, as the args merge
+        for place, args in sources:
+            if "speculative-algorithm" in args:
+                flag = f"{place}.speculative-algorithm" if args["speculative-algorithm"] else None
+        if pp > 1 and flag is not None:
+            raise src.error(flag, f"speculative decoding on {where} with PP {pp}: SGLang refuses "
+                            "it (\"Pipeline parallelism is not compatible with ... speculative "
+                            "decoding\"); use PP 1 there")  # fmt: skip
 
 
 def _pd_sides(src: Located, field: str, layout: Any) -> list[tuple[str, Any]]:

@@ -142,7 +142,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     return pick(host)
 
 
-def _flags(values: Mapping[str, str | int | float | bool]) -> list[str]:
+def flags(values: Mapping[str, str | int | float | bool]) -> list[str]:
+    """A YAML args mapping as command-line flags: `true` a bare flag, `false` left out."""
     out: list[str] = []
     for name, value in values.items():
         if value is True:
@@ -285,7 +286,7 @@ def plan_deployment(
                 "--host", addr(node) or node.host,
                 "--port", str(http_port),
                 *_disaggregation_flags(layout, replica.role, bootstrap),
-                *_flags(cluster.server_args(layout, replica.side)),
+                *flags(cluster.server_args(layout, replica.side)),
             ]  # fmt: skip
             if srv.module == MOCK_MODULE and cluster.mock is not None:
                 argv += [
@@ -329,7 +330,7 @@ def plan_deployment(
         "--port", str(router_port),
         "--prometheus-host", router_addr,
         "--prometheus-port", str(prometheus_port),
-        *_flags(cluster.router_args(layout)),
+        *flags(cluster.router_args(layout)),
     ]  # fmt: skip
     router = ProcessSpec(
         name="router",

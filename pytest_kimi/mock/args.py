@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kimi.mock.speculative import ALGORITHMS, DEFAULT_MAX_RUNNING, Speculation
+
 
 @dataclass(frozen=True)
 class MockArgs:
@@ -42,6 +44,11 @@ class MockArgs:
 
             return yaml.safe_load(text) or {}
         return json.loads(text)
+
+    @property
+    def speculation(self) -> Speculation | None:
+        """Speculative decoding as resolved at parse time (``None``: off)."""
+        return Speculation.from_args(self.values)
 
     def server_info(self) -> dict[str, Any]:
         """The server arguments as ``/get_server_info`` reports them: SGLang's key names only
@@ -87,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     add("--disaggregation-decode-tp", type=int, default=None)  # prefill side; default its tp
     add("--disaggregation-decode-dp", type=int, default=None)
     add("--disaggregation-prefill-pp", type=int, default=1)  # decode side
+    add("--decode-log-interval", type=int, default=40)
+    add("--speculative-algorithm", default=None, choices=ALGORITHMS)
+    add("--speculative-draft-model-path", "--speculative-draft-model",
+        dest="speculative_draft_model_path", default=None)  # fmt: skip
+    add("--speculative-num-steps", type=int, default=None)
+    add("--speculative-eagle-topk", type=int, default=None)
+    add("--speculative-num-draft-tokens", type=int, default=None)
     add("--mock-time-scale", type=float, default=1.0, help="cluster seconds per wall second")
     add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
     add("--mock-seed", type=int, default=0)
@@ -152,4 +166,21 @@ def parse_args(argv: Sequence[str]) -> MockArgs:
     if values["mock_gpus_per_node"] is None:
         gpus = values["tp_size"] * values["pp_size"]
         values["mock_gpus_per_node"] = max(1, gpus // max(1, values["nnodes"]))
+    _resolve_speculative(values)
     return MockArgs(values, unknown)
+
+
+def _resolve_speculative(values: dict[str, Any]) -> None:
+    """What SGLang 0.5.9's ``ServerArgs`` makes of the speculative flags, so that
+    ``/get_server_info`` shows the same: NEXTN is EAGLE, the steps and draft tokens resolved,
+    48 running requests unless set, no mixed chunks. Raises :class:`SpeculativeError`."""
+    spec = Speculation.from_args(values)
+    if spec is None:
+        return
+    values["speculative_algorithm"] = spec.algorithm
+    values["speculative_num_steps"] = spec.num_steps
+    values["speculative_eagle_topk"] = spec.eagle_topk
+    values["speculative_num_draft_tokens"] = spec.num_draft_tokens
+    if values["max_running_requests"] is None:
+        values["max_running_requests"] = DEFAULT_MAX_RUNNING
+    values["enable_mixed_chunk"] = False

@@ -51,6 +51,7 @@ from pytest_kimi.mock.engine import Engine, Stream
 from pytest_kimi.mock.kvlink import Link, Span, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.mock.scheduler import SimRequest
+from pytest_kimi.mock.speculative import Drafts
 
 log = logging.getLogger("sglang.mock")
 
@@ -249,6 +250,7 @@ class _DecodeRoom:
     max_new: int
     arrived: float
     boot: Bootstrap
+    drafts: Drafts | None = None  # speculative decoding on this side: the prompt's acceptance
     line: Line | None = None
     ready: float | None = None  # preallocated (cluster time)
     landed: float | None = None
@@ -275,15 +277,17 @@ class DecodeSide:
     def capacity(self) -> int:
         return self.engine.sim.max_running
 
-    async def submit(self, rid: str, prompt: int, max_new: int, boot: Bootstrap) -> Stream:
+    async def submit(
+        self, rid: str, prompt: int, max_new: int, boot: Bootstrap, drafts: Drafts | None = None
+    ) -> Stream:
         """A request's decode copy arrives: preallocate (or queue), tell the prefill."""
         now = self.engine.cluster_now()
         if boot.fake:  # no KV to wait for: decode at once
             self.occupied.add(rid)
-            return self.engine.submit_at(rid, prompt, max_new, now, prebuilt=True)
+            return self.engine.submit_at(rid, prompt, max_new, now, prebuilt=True, drafts=drafts)
         self.stages.observe("decode_prepare", 0.0)
         stream = self.engine.expect(rid, prompt, max_new)
-        room = _DecodeRoom(rid, prompt, max_new, now, boot)
+        room = _DecodeRoom(rid, prompt, max_new, now, boot, drafts)
         self.rooms[boot.room], self.by_rid[rid] = room, boot.room
         room.line = await self._line(boot)
         if boot.room not in self.rooms:  # aborted while connecting
@@ -317,7 +321,8 @@ class DecodeSide:
         landed = max([room.ready, *(self.ingress.receive(s).end for s in spans)])
         room.landed = landed
         self.stages.observe("decode_transferred", landed - room.ready)
-        self.engine.submit_at(room.rid, room.prompt, room.max_new, landed, prebuilt=True)
+        self.engine.submit_at(room.rid, room.prompt, room.max_new, landed, prebuilt=True,
+                              drafts=room.drafts)  # fmt: skip
 
     async def close(self) -> None:
         for line in self.lines.values():

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from pytest_kimi.mock.clock import INF, SharedClock
 from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
+from pytest_kimi.mock.speculative import Drafts
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Arrival:
     prompt: int = field(compare=False)
     max_new: int = field(compare=False)
     prebuilt: bool = field(default=False, compare=False)
+    drafts: Drafts | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -116,7 +118,9 @@ class Engine:
             return x
         return (x - self.day_offset - self.origin) * self.time_scale
 
-    def submit(self, rid: str, prompt_tokens: int, max_new_tokens: int) -> Stream:
+    def submit(
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, drafts: Drafts | None = None
+    ) -> Stream:
         """Queue a request at the current cluster time; tokens arrive on the stream's queue.
 
         On a shared clock the request arrives where the clock stands: the engine bounds the
@@ -126,11 +130,11 @@ class Engine:
             at = max(self.shared.arrive(), self.sim.now)
         else:
             at = max(self.cluster_now(), self.sim.now)
-        return self.submit_at(rid, prompt_tokens, max_new_tokens, at)
+        return self.submit_at(rid, prompt_tokens, max_new_tokens, at, drafts=drafts)
 
     def submit_at(
         self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float, *,
-        prebuilt: bool = False,
+        prebuilt: bool = False, drafts: Drafts | None = None,
     ) -> Stream:  # fmt: skip
         """Queue a request the model takes in at cluster time ``at`` (its arrival, or when a
         disaggregated request is ready on this side); tokens arrive on the stream's queue."""
@@ -141,7 +145,7 @@ class Engine:
         self.streams[rid] = stream
         self._seq += 1
         bisect.insort(self.arrivals, Arrival(at, self._seq, rid, prompt_tokens, max_new_tokens,
-                                             prebuilt))  # fmt: skip
+                                             prebuilt, drafts))  # fmt: skip
         self.wake.set()
         return stream
 
@@ -265,7 +269,7 @@ class Engine:
             rid, prompt, new, at = a.rid, a.prompt, a.max_new, a.at
             self._dispatch(self.sim.advance(at))
             add = self.sim.add_prebuilt if a.prebuilt else self.sim.add
-            req = add(rid, prompt, new, at)
+            req = add(rid, prompt, new, at, a.drafts)
             stream = self.streams.get(rid)
             if stream is not None:
                 stream.request = req

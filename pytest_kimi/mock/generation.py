@@ -29,6 +29,7 @@ from pytest_kimi.mock.http_common import (
     error_body,
     sse,
 )
+from pytest_kimi.mock.speculative import Drafts, acceptance, prompt_seed
 from pytest_kimi.mock.tokenizer_files import count_tokens, vocabulary
 
 log = logging.getLogger("sglang.mock")
@@ -49,14 +50,21 @@ class State:
 
     def __init__(
         self, rid: str, prompt: int, words: Words, generated: int, done: bool, started: float,
-        replica: str | None = None,
+        replica: str | None = None, spec: dict[str, Any] | None = None, before: int | None = None,
     ) -> None:  # fmt: skip
         self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
         self.generated, self.done, self.started = generated, done, started
+        # tokens sent before this chunk: one fewer, or several under speculative decoding
+        self.before = generated - 1 if before is None else before
+        self.spec = spec or {}  # a finished request's speculative-decoding keys
 
     def text(self, start: int = 0) -> str:
         """Tokens ``start`` .. generated as text: a slice, not a rebuild (O(1) per chunk)."""
         return self.words.text[self.words.offsets[start] : self.words.offsets[self.generated]]
+
+    def new_text(self) -> str:
+        """The tokens this chunk adds (an OpenAI delta)."""
+        return self.text(self.before)
 
     def meta(self) -> dict[str, Any]:
         """SGLang 0.5.9's ``meta_info`` keys (tokenizer_manager.py): ``e2e_latency`` only once
@@ -73,6 +81,7 @@ class State:
         }
         if self.done:
             meta["e2e_latency"] = time.monotonic() - self.started
+            meta.update(self.spec)
         if self.replica is not None:
             meta["kimi_replica"] = self.replica
         return meta
@@ -115,15 +124,32 @@ def die(why: str) -> None:
     os._exit(1)
 
 
+def _drafts(engine: Engine, source: Any) -> Drafts | None:
+    """Under speculative decoding, the request's acceptance, from the prompt as sent."""
+    if engine.sim.spec is None:
+        return None
+    prompt = source if isinstance(source, str | list) else ""
+    return Drafts(acceptance(prompt), prompt_seed(prompt))
+
+
+def _spec_meta(engine: Engine, stream: Stream) -> dict[str, Any]:
+    """A finished request's ``spec_*`` keys (none without speculative decoding)."""
+    spec, drafts = engine.sim.spec, stream.request.drafts
+    if spec is None or drafts is None:
+        return {}
+    return drafts.meta(stream.request.generated, spec.max_drafts)
+
+
 async def _submit(
-    request: web.Request, rid: str, prompt: int, max_new: int, body: dict[str, Any]
-) -> tuple[Stream, int]:
+    request: web.Request, rid: str, prompt: int, max_new: int, body: dict[str, Any],
+    drafts: Drafts | None,
+) -> tuple[Stream, int]:  # fmt: skip
     """To the engine, or through this server's disaggregation side: the stream, and how many
     tokens it will carry (a prefill server makes one)."""
     engine: Engine = request.app[ENGINE_KEY]
     side = request.app.get(SIDE_KEY)
     if side is None:
-        return engine.submit(rid, prompt, max_new), max_new
+        return engine.submit(rid, prompt, max_new, drafts), max_new
     try:
         boot = Bootstrap.of(body)
     except BootstrapError as exc:
@@ -131,7 +157,7 @@ async def _submit(
     if isinstance(side, PrefillSide):
         return side.submit(rid, prompt, boot), 1
     assert isinstance(side, DecodeSide)
-    return await side.submit(rid, prompt, max_new, boot), max_new
+    return await side.submit(rid, prompt, max_new, boot, drafts), max_new
 
 
 def _abort(request: web.Request, rid: str) -> None:
@@ -143,9 +169,11 @@ def _abort(request: web.Request, rid: str) -> None:
 
 async def run_generation(
     request: web.Request, prompt: int, max_new: int, stream: bool, render: Render,
-    body: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None, source: Any = None,
 ) -> web.StreamResponse:  # fmt: skip
-    """Submit to the engine; stream (or collect) tokens, rendering each with ``render``."""
+    """Submit to the engine; stream (or collect) tokens, rendering each with ``render``.
+    ``source``: the prompt as sent (text or token ids), for speculative decoding's
+    acceptance."""
     engine, faults = request.app[ENGINE_KEY], request.app[FAULTS_KEY]
     faults.requests_seen += 1
     if faults.crash_after is not None and faults.requests_seen > faults.crash_after:
@@ -159,7 +187,8 @@ async def run_generation(
         await request.app[GATE_KEY].hold()
     rid = uuid.uuid4().hex
     try:  # a client that goes away while a disaggregated side waits frees what it took
-        handle, max_new = await _submit(request, rid, prompt, max_new, body or {})
+        drafts = _drafts(engine, source)
+        handle, max_new = await _submit(request, rid, prompt, max_new, body or {}, drafts)
     except BaseException:
         _abort(request, rid)
         raise
@@ -178,9 +207,11 @@ async def run_generation(
         generated = 0
         while generated < max_new:
             event = await handle.queue.get()
-            generated = event.generated
+            before, generated = generated, event.generated
             if response is not None:
-                state = State(rid, prompt, words, generated, event.finished, started, replica)
+                spec = _spec_meta(engine, handle) if event.finished else None
+                state = State(rid, prompt, words, generated, event.finished, started, replica,
+                              spec, before)  # fmt: skip
                 for chunk in render(state):
                     await response.write(sse(chunk))
                 if faults.malformed_after_tokens is not None and (
@@ -198,7 +229,8 @@ async def run_generation(
                     if request.transport is not None:
                         request.transport.close()
                     return response
-        final = State(rid, prompt, words, generated, True, started, replica)
+        final = State(rid, prompt, words, generated, True, started, replica,
+                      _spec_meta(engine, handle))  # fmt: skip
     except BaseException:
         _abort(request, rid)
         raise

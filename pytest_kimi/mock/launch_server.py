@@ -10,58 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage
+from collections.abc import Sequence
 
 from pytest_kimi.mock.args import MockArgs, parse_args
-from pytest_kimi.mock.bootstrap import bootstrap_app, serve_lines
-from pytest_kimi.mock.clock import SharedClock
-from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
-from pytest_kimi.mock.engine import Engine
-from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
-from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
-from pytest_kimi.mock.http_common import SIDE_KEY
-from pytest_kimi.mock.perfmodel import CostModel, Profile
-from pytest_kimi.mock.rendezvous import Rank0, RendezvousError, follow, join
-from pytest_kimi.mock.scheduler import ReplicaSim
-from pytest_kimi.mock.server import build_app, build_dummy_app
+from pytest_kimi.mock.dummy_health import serve_dummy_health
+from pytest_kimi.mock.gpuload import Load, publish, share_of
+from pytest_kimi.mock.rendezvous import RendezvousError, follow, join
+from pytest_kimi.mock.speculative import SpeculativeError
+from pytest_kimi.mock.startup import load, stalls
 
 log = logging.getLogger("sglang.mock")
-READY_LINE = "The server is fired up and ready to roll!"
-
-
-def build_engine(args: MockArgs) -> Engine:
-    """The performance model for this replica, from the flags and the profile."""
-    profile = Profile.from_mapping(args.profile)
-    cost = CostModel(
-        profile,
-        tp=args.tp_size,
-        pp=args.pp_size,
-        ep=args.ep_size,
-        gpus_per_node=args.mock_gpus_per_node,
-    )
-    sim = ReplicaSim(
-        cost,
-        chunk_size=args.chunked_prefill_size,
-        max_running=args.max_running_requests or profile.max_running_requests,
-        mixed_chunk=args.enable_mixed_chunk,
-        seed=args.mock_seed,
-        jitter=profile.jitter,
-    )
-    shared = SharedClock(args.mock_clock) if args.mock_clock else None
-    return Engine(sim, args.mock_time_scale, shared=shared)
-
-
-async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
 
 
 async def _main(args: MockArgs) -> int:
@@ -79,147 +39,9 @@ async def _main(args: MockArgs) -> int:
         return 2
     if rank > 0:
         return await _worker_rank(args, stop, prefix)
+    from pytest_kimi.mock.rank0 import serve_rank0  # aiohttp and the model: rank 0 only
 
-    try:
-        engine = build_engine(args)
-    except (OSError, ValueError) as exc:
-        log.error("[%s] --mock-clock %s: %s", prefix, args.mock_clock, exc)
-        return 2
-    faults = Faults(seed=args.mock_seed)
-    env_faults = [f for f in os.environ.get("KIMI_MOCK_FAULT", "").split(",") if f.strip()]
-    try:  # flags, or KIMI_MOCK_FAULT=name=value,... (a per-node env in the cluster YAML)
-        faults.update(parse_flags([*env_faults, *args.mock_fault]))
-    except FaultError as exc:
-        log.error("[%s] --mock-fault: %s", prefix, exc)
-        return 2
-    engine.stalled = faults.stall
-    rendezvous = Rank0(args.dist_init_addr or "127.0.0.1:0", nnodes) if nnodes > 1 else None
-    if rendezvous is not None:
-        await rendezvous.start()
-        try:
-            await rendezvous.wait(args.mock_join_timeout)
-        except RendezvousError as exc:
-            log.error("[%s] %s", prefix, exc)
-            await rendezvous.close()
-            return 1
-    if _stalls(args):
-        await stop.wait()  # silent until stopped: the log does not grow
-        if rendezvous is not None:
-            await rendezvous.close()
-        return 0
-    gpus = _publish_gpus(args, engine, rendezvous)
-    await _load(args, stop, prefix)
-    app = build_app(args, engine, faults)
-    try:
-        side, extras = await _disaggregation(args, engine, prefix)
-    except OSError as exc:
-        log.error("[%s] disaggregation bootstrap server on %s:%d: %s", prefix, args.host,
-                  args.disaggregation_bootstrap_port, exc)  # fmt: skip
-        return 1
-    if side is not None:
-        app[SIDE_KEY] = side
-    runner = await _serve(app, args.host, args.port)
-    scheduler = asyncio.create_task(engine.run())
-    log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
-    log.info(READY_LINE)
-    waits = [asyncio.create_task(stop.wait()), scheduler]
-    if rendezvous is not None:
-        waits.append(asyncio.create_task(rendezvous.lost.wait()))
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    code = 0
-    if rendezvous is not None and rendezvous.lost.is_set() and not stop.is_set():
-        log.error(
-            "[%s] NCCL error: connection to node rank %s lost; replica is down",
-            prefix,
-            rendezvous.lost_rank,
-        )
-        code = 1
-    if scheduler.done() and scheduler.exception() is not None:
-        log.error("[%s] scheduler crashed: %r", prefix, scheduler.exception())
-        code = 1
-    scheduler.cancel()
-    if gpus is not None:
-        gpus.cancel()
-    if isinstance(side, DecodeSide):
-        await side.close()
-    for extra in extras:
-        await extra()
-    if rendezvous is not None:
-        await rendezvous.close()
-    await runner.cleanup()
-    log.info("[%s] shut down", prefix)
-    return code
-
-
-async def _disaggregation(
-    args: MockArgs, engine: Engine, prefix: str
-) -> tuple[PrefillSide | DecodeSide | None, list[Callable[[], Awaitable[None]]]]:
-    """A disaggregated server's side; a prefill's also serves its bootstrap server and the
-    line its decode servers connect to. Returns the side and what to close at the end."""
-    mode = args.disaggregation_mode
-    if mode == "null":
-        return None, []
-    profile = Profile.from_mapping(args.profile)
-    if mode == "decode":
-        log.info("[%s] disaggregation: decode (prefill pp %d, transfer backend %s)", prefix,
-                 args.disaggregation_prefill_pp, args.disaggregation_transfer_backend)  # fmt: skip
-        side = DecodeSide(engine, profile, nodes=args.nnodes,
-                          bootstrap_port=args.disaggregation_bootstrap_port)  # fmt: skip
-        return side, []
-    decode_tp = args.disaggregation_decode_tp or args.tp_size
-    side = PrefillSide(engine, profile, nodes=args.nnodes, decode_tp=decode_tp)
-    lines = await serve_lines(args.host, side.hear)
-    rank_port = lines.sockets[0].getsockname()[1]
-    info = {"prefill_attn_tp_size": args.tp_size, "prefill_dp_size": args.dp_size,
-            "prefill_pp_size": args.pp_size, "prefill_page_size": 1}  # fmt: skip
-    try:
-        runner = await _serve(bootstrap_app(info, args.host, rank_port), args.host,
-                              args.disaggregation_bootstrap_port)  # fmt: skip
-    except OSError:
-        lines.close()
-        raise
-    log.info("[%s] disaggregation: prefill, bootstrap server on %s:%d (decode tp %d, "
-             "transfer backend %s)", prefix, args.host, args.disaggregation_bootstrap_port,
-             decode_tp, args.disaggregation_transfer_backend)  # fmt: skip
-
-    async def close() -> None:
-        lines.close()
-        await runner.cleanup()
-
-    return side, [close]
-
-
-def _publish_gpus(args: MockArgs, engine: Engine, peers: Rank0 | None) -> asyncio.Task | None:
-    """Rank 0: publish this node's GPU load from the scheduler, and send it to the other
-    ranks of the replica."""
-    share = share_of(args)
-    if share is None:
-        return None
-    window = BusyWindow(engine.sim, args.mock_time_scale)
-
-    def current() -> Load:
-        load = window.load()
-        if peers is not None:
-            peers.broadcast({"util": load.util, "kv_tokens": load.kv_tokens})
-        return load
-
-    return asyncio.create_task(publish(share, current))
-
-
-def _stalls(args: MockArgs) -> bool:
-    """``--mock-startup-stall`` or ``KIMI_MOCK_STARTUP_STALL=1`` (a per-node env in a YAML)."""
-    flag = os.environ.get("KIMI_MOCK_STARTUP_STALL", "").strip().lower()
-    return bool(args.mock_startup_stall) or flag in ("1", "true", "yes")
-
-
-async def _load(args: MockArgs, stop: asyncio.Event, prefix: str) -> None:
-    """What loading weights logs, then ``--mock-startup-delay`` (ends early when stopped)."""
-    log.info(
-        "[%s] Load weight end. type=KimiMockForCausalLM, dtype=bfloat16 (mock, no weights)", prefix
-    )
-    if args.mock_startup_delay:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), args.mock_startup_delay)
+    return await serve_rank0(args, stop, prefix)
 
 
 async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
@@ -228,13 +50,13 @@ async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
     except (RendezvousError, OSError) as exc:
         log.error("[%s] %s", prefix, exc)
         return 1
-    if _stalls(args):  # joined, then silent until stopped: its /health stub never answers
+    if stalls(args):  # joined, then silent until stopped: its /health stub never answers
         await stop.wait()
         writer.close()
         return 0
     # as SGLang's ranks >= 1: the health stub is served once this node's schedulers are up
-    await _load(args, stop, prefix)
-    runner = await _serve(build_dummy_app(), args.host, args.port)
+    await load(args, stop, prefix)
+    server = await serve_dummy_health(args.host, args.port)
     log.info("[%s] Dummy health server on http://%s:%d", prefix, args.host, args.port)
     latest = [Load()]  # rank 0's last window: the replica's GPUs work in lockstep
 
@@ -253,23 +75,16 @@ async def _worker_rank(args: MockArgs, stop: asyncio.Event, prefix: str) -> int:
     for task in (lost, stopped, *([gpus] if gpus else [])):
         task.cancel()
     writer.close()
-    await runner.cleanup()
+    await server.close()
     return code
 
 
-def _uvicorn_style_bad_request(record: logging.LogRecord) -> bool:
-    """The router probes each worker's port for gRPC with an HTTP/2 preface. SGLang's uvicorn
-    logs one warning line for it; aiohttp would log a traceback, which log checks would
-    rightly flag. Log what SGLang logs."""
-    exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, BadHttpMessage):
-        record.msg, record.args, record.exc_info = "Invalid HTTP request received.", (), None
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-    return True
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SpeculativeError as exc:  # SGLang refuses these at start-up too
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     logging.basicConfig(
         level=logging.INFO,
         format="[%(asctime)s] %(message)s",
@@ -277,7 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stdout,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    logging.getLogger("aiohttp.server").addFilter(_uvicorn_style_bad_request)
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))
     return 130

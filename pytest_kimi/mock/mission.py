@@ -17,6 +17,7 @@ and tests predict exactly what the mission's command on the mock would measure:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 from pytest_kimi.config import ClusterConfig
 from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.perfmodel import Profile
+from pytest_kimi.mock.speculative import Speculation
 from pytest_kimi.mock.twin import Side, TwinRun, simulate, simulate_pd
 from pytest_kimi.summary import Summary
 from pytest_kimi.workload.records import Chunk, RequestRecord
@@ -43,6 +45,19 @@ class Deployment:
     concurrency: int
     chunk_size: int
     seed: int
+    spec: Speculation | None = None  # the layout's speculative decoding, as its servers get it
+
+
+def speculation(cluster: ClusterConfig, layout: str) -> Speculation | None:
+    """``layout``'s speculative decoding, from the flags its servers get, resolved as the
+    mock server resolves them (SGLang's defaults)."""
+    from pytest_kimi.deploy.plan import flags
+    from pytest_kimi.mock.args import parse_args
+
+    lay = cluster.layout(layout)
+    argv = ["--model-path", "-", "--tp-size", str(lay.tp), "--pp-size", str(lay.pp),
+            *flags(cluster.server_args(lay))]  # fmt: skip
+    return parse_args(argv).speculation
 
 
 def unified_layouts(cluster: ClusterConfig) -> list[str]:
@@ -93,6 +108,7 @@ def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
         concurrency=wl.concurrency,
         chunk_size=int(chunk),
         seed=cluster.mock.seed if cluster.mock else 0,
+        spec=speculation(cluster, layout),
     )
 
 
@@ -102,12 +118,18 @@ def profile_of(cluster: ClusterConfig) -> Profile:
 
 
 def mission_input_lens(cluster: ClusterConfig) -> list[int]:
-    """Prompt token counts of the measured requests, in the order they are sent.
-
-    The same selection and construction as a run (``load_inputs``), counted as the mock server
-    counts a ``/generate`` text or a chat turn (whitespace-split words of its tokenizer)."""
-    from pytest_kimi.deploy.plan import resolve_model_path
+    """Prompt token counts of the measured requests, in the order they are sent, counted as
+    the mock server counts a ``/generate`` text or a chat turn (whitespace-split words of its
+    tokenizer)."""
     from pytest_kimi.mock.tokenizer_files import count_tokens
+
+    return [count_tokens(text) for text in mission_prompts(cluster)]
+
+
+def mission_prompts(cluster: ClusterConfig) -> list[str]:
+    """The measured requests' prompts as sent, in order: the same selection and construction
+    as a run (``load_inputs``)."""
+    from pytest_kimi.deploy.plan import resolve_model_path
     from pytest_kimi.workload.dataset import load_workload, resolve_dataset
 
     wl = cluster.workload
@@ -123,14 +145,15 @@ def mission_input_lens(cluster: ClusterConfig) -> list[int]:
         api=wl.api,
         tokenizer_dir=Path(resolve_model_path(tokenizer)).expanduser(),
     )
-    measured = workload.prompts[wl.warmup_requests :]
-    return [count_tokens(p.text) for p in measured]
+    return [p.text for p in workload.prompts[wl.warmup_requests :]]
 
 
 def simulate_deployment(
-    profile: Profile, dep: Deployment, input_lens: Sequence[int], *, reaction_s: float = 0.0
-) -> TwinRun:
-    """One layout's measured run, offline."""
+    profile: Profile, dep: Deployment, input_lens: Sequence[int], *, reaction_s: float = 0.0,
+    prompts: Sequence[str] = (),
+) -> TwinRun:  # fmt: skip
+    """One layout's measured run, offline; ``prompts`` (as sent) set speculative decoding's
+    acceptance where the layout speculates."""
     return simulate(
         profile,
         tp=dep.tp,
@@ -145,6 +168,8 @@ def simulate_deployment(
         chunk_size=dep.chunk_size,
         seed=dep.seed,
         reaction_s=reaction_s,
+        spec=dep.spec,
+        prompts=prompts,
     )
 
 
@@ -164,14 +189,20 @@ def twin_records(run: TwinRun, *, chunks: bool = True) -> list[RequestRecord]:
                 start_time=req.arrival,
                 first_token_time=req.first_token_at,
                 end_time=req.finished_at,
-                chunks=[Chunk(t, 1) for t in req.token_times] if chunks else [],
+                chunks=_chunks(req.token_times) if chunks else [],
                 prompt_tokens=req.prompt_tokens,
                 completion_tokens=req.generated,
                 success=req.finished_at is not None,
                 first_answer_time=req.first_token_at,
+                spec_verify_ct=req.drafts.verify_ct if req.drafts is not None else None,
             )
         )
     return records
+
+
+def _chunks(token_times: Sequence[float]) -> list[Chunk]:
+    """One chunk per instant tokens came out (several at once under speculative decoding)."""
+    return [Chunk(t, len(list(group))) for t, group in itertools.groupby(token_times)]
 
 
 def summarize_twin(

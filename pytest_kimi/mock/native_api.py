@@ -27,4 +27,5 @@ async def generate(request: web.Request) -> web.StreamResponse:
             return []
         return [{"text": s.text(), "meta_info": s.meta()}]
 
-    return await run_generation(request, prompt_tokens(prompt), max_new, stream, render, body)
+    return await run_generation(request, prompt_tokens(prompt), max_new, stream, render, body,
+                                prompt)  # fmt: skip

@@ -45,7 +45,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         finish = "length" if s.done else None
         choice = {
             "index": 0,
-            "text": s.text(s.generated - 1),
+            "text": s.new_text(),
             "logprobs": None,
             "finish_reason": finish,
             "matched_stop": None,
@@ -53,7 +53,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return [{**head, "choices": [choice], "usage": None}]
 
     prompt = prompt_tokens(body.get("prompt"))
-    return await run_generation(request, prompt, max_new, stream, render, body)
+    return await run_generation(request, prompt, max_new, stream, render, body,
+                                body.get("prompt"))  # fmt: skip
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
@@ -78,13 +79,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
             return [{**head, "choices": [], "usage": _usage(s)}] if include_usage else []
         if s.generated <= thinking:
             return _reasoning_chunks(head, s)
-        delta: dict[str, Any] = {"content": s.text(s.generated - 1)}
+        delta: dict[str, Any] = {"content": s.new_text()}
         if s.generated == 1:  # (after thinking, the role chunk has gone out already)
             delta["role"] = "assistant"
         choice = {"index": 0, "delta": delta, "finish_reason": "length" if s.done else None}
         return [{**head, "choices": [choice], "usage": None}]
 
-    return await run_generation(request, count_tokens(prompt), max_new, stream, render, body)
+    return await run_generation(request, count_tokens(prompt), max_new, stream, render, body,
+                                prompt)  # fmt: skip
 
 
 def _reasoning_chunks(head: dict[str, Any], s: State) -> list[dict[str, Any]]:
@@ -92,7 +94,7 @@ def _reasoning_chunks(head: dict[str, Any], s: State) -> list[dict[str, Any]]:
     dumped whole, after the role chunk (``DeltaMessage(role="assistant", content="")``) for the
     first token."""
     empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
-    delta = {**empty, "reasoning_content": s.text(s.generated - 1)}
+    delta = {**empty, "reasoning_content": s.new_text()}
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None,
               "matched_stop": None}  # fmt: skip
     chunks = [{**head, "choices": [choice], "usage": None}]

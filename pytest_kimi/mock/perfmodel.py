@@ -69,6 +69,13 @@ from typing import Any
 #       num_experts_per_tok 8, moe_intermediate_size 2048, num_attention_heads 64,
 #       qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, kv_lora_rank 512.
 #       https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json
+# [eagle3] EAGLE3 drafts for this model family are one Llama-style decoder layer on the
+#       target's hidden size with a reduced draft vocabulary (Kimi K2.7's: hidden 7168, draft
+#       vocab 32000, cm00cm/Kimi-K2.7-Code-EAGLE3). Sizes from SpecForge's DeepSeek-V3 EAGLE3
+#       config (hidden 7168, intermediate 40960, 56 heads, 8 KV heads, draft vocab 32000):
+#       fc 3 x 7168^2 = 154 M, q/k/v on 2 x hidden inputs 132 M, o 51 M, MLP 3 x 7168 x 40960
+#       = 881 M, LM head 32000 x 7168 = 229 M: 1.45 B parameters in BF16.
+#       https://github.com/sgl-project/SpecForge/blob/main/configs/deepseek-v3-671b-eagle3.json
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,9 @@ class Profile:
     ep_imbalance: float = 0.0
     jitter: float = 0.0  # relative std of a step's time (seeded), 0 for exact runs
     max_running_requests: int = 256
+    # speculative decoding's draft model [eagle3]: read whole by every draft forward
+    draft_params_b: float = 1.45
+    draft_bytes_per_param: float = 2.0  # BF16
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Profile:
@@ -182,6 +192,25 @@ class CostModel:
         ep_factor = 1.0 + p.ep_imbalance * (self.ep - 1)
         layer = max(compute, memory) * ep_factor + 2 * self.allreduce_time(tokens)
         return self.layers_per_stage * layer + p.step_overhead_ms / 1e3
+
+    def verify_time(self, decode_contexts: Sequence[int], draft_tokens: int) -> float:
+        """Speculative decoding's verify: one target forward over ``draft_tokens`` positions
+        of each request (position ``j`` attends to its context plus ``j``), so the batch has
+        ``draft_tokens`` times a decode's tokens and touches that many more experts."""
+        positions = [c + j for c in decode_contexts for j in range(draft_tokens)]
+        return self.stage_time([], positions)
+
+    def draft_time(self, tokens: int) -> float:
+        """One draft-model forward over ``tokens`` positions on this layout's TP group: its
+        roofline (weights read once, ``2 x params`` FLOP per position) plus the two
+        all-reduces of its one layer. Its scheduler overhead is the verify's (one step)."""
+        if tokens == 0:
+            return 0.0
+        p = self.p
+        params = p.draft_params_b * 1e9
+        compute = 2.0 * params * tokens / (self.tp * p.gpu_tflops * 1e12 * p.mfu)
+        memory = params * p.draft_bytes_per_param / (self.tp * p.gpu_mem_bw_gbs * 1e9)
+        return max(compute, memory) + 2 * self.allreduce_time(tokens)
 
     def allreduce_time(self, tokens: int) -> float:
         """One all-reduce of ``tokens x hidden`` activations over the TP group: NCCL's ring

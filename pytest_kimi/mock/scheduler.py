@@ -19,6 +19,10 @@ either side: a prefill server's requests ask for one token (SGLang sets ``max_ne
 a decode server takes requests whose KV has arrived (:meth:`ReplicaSim.add_prebuilt`) and,
 as SGLang's "prebuilt" step does, gives each its first token (the prefill's) at the first
 step boundary after it landed, with no forward pass, before decoding it with the rest.
+
+With speculative decoding (:mod:`pytest_kimi.mock.speculative`) a decode step is the draft
+model's ``num_steps`` forwards plus the target's verify, and gives each request 1 to
+``num_draft_tokens`` tokens at once; prefill chunks also run the draft over their tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pytest_kimi.mock.perfmodel import CostModel, Prefill
+from pytest_kimi.mock.speculative import A_MIN, Drafts, SpecCounters, Speculation
 
 
 @dataclass
@@ -44,8 +49,9 @@ class SimRequest:
     generated: int = 0
     in_flight: bool = False
     admitted_at: float | None = None
-    token_times: list[float] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)  # one per token
     finished_at: float | None = None
+    drafts: Drafts | None = None  # speculative decoding: this request's acceptance and counts
 
     @property
     def first_token_at(self) -> float | None:
@@ -98,9 +104,14 @@ class ReplicaSim:
         mixed_chunk: bool = False,
         seed: int = 0,
         jitter: float = 0.0,
+        spec: Speculation | None = None,
+        decode_log_interval: int = 40,
     ) -> None:
         self.cost, self.chunk_size, self.max_running = cost, chunk_size, max_running
-        self.mixed_chunk, self.jitter = mixed_chunk, jitter
+        self.mixed_chunk, self.jitter = mixed_chunk and spec is None, jitter
+        self.spec, self.decode_log_interval = spec, decode_log_interval
+        self.spec_counters = SpecCounters()
+        self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
         self.waiting: list[SimRequest] = []
@@ -116,25 +127,39 @@ class ReplicaSim:
         self.on_chunk: Callable[[SimRequest, int, float, float], None] | None = None
 
     # -- inputs --------------------------------------------------------------------------
-    def add(self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float) -> SimRequest:
-        """A request arrives at cluster time ``at`` (not before :attr:`now`)."""
+    def add(
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float,
+        drafts: Drafts | None = None,
+    ) -> SimRequest:  # fmt: skip
+        """A request arrives at cluster time ``at`` (not before :attr:`now`). ``drafts``: its
+        acceptance under speculative decoding (from its prompt)."""
         req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
+        req.drafts = self._drafts(rid, drafts)
         self.requests[rid] = req
         self.waiting.append(req)
         return req
 
     def add_prebuilt(
-        self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float
-    ) -> SimRequest:
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float,
+        drafts: Drafts | None = None,
+    ) -> SimRequest:  # fmt: skip
         """Decode side: a request whose KV cache lands at cluster time ``at`` (not before
         :attr:`now`), its prompt already prefilled elsewhere. Admitted at the first step
         boundary from then on (FIFO, up to ``max_running``), where its first token comes out."""
         req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
         req.prefilled = req.prompt_tokens
+        req.drafts = self._drafts(rid, drafts)
         self.requests[rid] = req
         self.prebuilt.append(req)
         self.prebuilt.sort(key=lambda r: r.arrival)  # stable: equal landings keep their order
         return req
+
+    def _drafts(self, rid: str, drafts: Drafts | None) -> Drafts | None:
+        """A request's drafting when this server speculates: as given, else the lowest
+        acceptance (a prompt the caller did not show), seeded by the request id."""
+        if self.spec is None:
+            return None
+        return drafts or Drafts(A_MIN, random.Random(f"{self.seed}:{rid}").getrandbits(32))
 
     def abort(self, rid: str) -> None:
         """Drop a request whose client went away (SGLang aborts it too)."""
@@ -187,7 +212,8 @@ class ReplicaSim:
     def _telling(self, batch: _Batch) -> bool:
         if any(r.prefilled + n >= r.prompt_tokens for r, n in batch.prefills):
             return True
-        return any(r.generated + 1 >= r.max_new_tokens for r in batch.decodes)
+        most = 1 + (self.spec.max_drafts if self.spec is not None else 0)  # tokens per step
+        return any(r.generated + most >= r.max_new_tokens for r in batch.decodes)
 
     def _fastest_batch(self) -> float:
         """A lower bound of any batch's time from launch to completion: one token through
@@ -262,7 +288,7 @@ class ReplicaSim:
         chunks = [Prefill(n, req.prefilled) for req, n in prefills]
         contexts = [r.prompt_tokens + r.generated for r in decodes]
         tokens = sum(n for _, n in prefills) + len(decodes)
-        stage = self.cost.stage_time(chunks, contexts) * self._noise()
+        stage = self._stage_time(chunks, contexts) * self._noise()
         self.busy_s += stage
         t = self.now
         for s in range(self.cost.pp):
@@ -273,6 +299,17 @@ class ReplicaSim:
                 t += self.cost.hop_time(tokens, s)
         batch.done_at = t
         heapq.heappush(self.in_flight, batch)
+
+    def _stage_time(self, chunks: list[Prefill], contexts: list[int]) -> float:
+        """A batch's time on one stage; with speculative decoding, decodes are verified
+        after ``num_steps`` draft forwards and prefill chunks run the draft too."""
+        if self.spec is None:
+            return self.cost.stage_time(chunks, contexts)
+        drafted = self.spec.num_steps * self.cost.draft_time(len(contexts)) if contexts else 0.0
+        verify = self.cost.verify_time(contexts, self.spec.num_draft_tokens) if contexts else 0.0
+        prefill = self.cost.stage_time(chunks, []) if chunks else 0.0
+        extend = self.cost.draft_time(sum(c.tokens for c in chunks))
+        return prefill + extend + verify + drafted
 
     def _take_prefill(self) -> list[tuple[SimRequest, int]]:
         budget = self.chunk_size
@@ -309,23 +346,36 @@ class ReplicaSim:
                 self.on_chunk(req, n, batch.started, batch.done_at)
             if req.prefilled == req.prompt_tokens and req.finished_at is None:
                 events.append(self._emit(req, batch.done_at))
+        accepted = 0
         for req in batch.decodes:
             req.in_flight = False
             if req.finished_at is None:
-                events.append(self._emit(req, batch.done_at))
+                n = 1
+                if self.spec is not None and req.drafts is not None:
+                    drafts = req.drafts.step(self.spec.max_drafts)
+                    accepted += drafts
+                    n += drafts
+                events.append(self._emit(req, batch.done_at, n))
+        if self.spec is not None and batch.decodes:
+            counters, spec = self.spec_counters, self.spec
+            counters.verified(accepted, len(batch.decodes), spec.num_draft_tokens,
+                              self.decode_log_interval)  # fmt: skip
         for req, _ in batch.prefills:
             self._maybe_drop(req)
         for req in batch.decodes:
             self._maybe_drop(req)
         return events
 
-    def _emit(self, req: SimRequest, at: float) -> TokenEvent:
-        req.generated += 1
-        req.token_times.append(at)
+    def _emit(self, req: SimRequest, at: float, n: int = 1) -> TokenEvent:
+        """``n`` tokens at once (speculative decoding's accepted drafts plus the target's
+        own), never past ``max_new_tokens`` (SGLang stops a request there)."""
+        n = min(n, req.max_new_tokens - req.generated)
+        req.generated += n
+        req.token_times.extend([at] * n)
         finished = req.generated >= req.max_new_tokens
         if finished:
             req.finished_at = at
-        return TokenEvent(req.rid, at, 1, req.generated, finished)
+        return TokenEvent(req.rid, at, n, req.generated, finished)
 
     def _maybe_drop(self, req: SimRequest) -> None:
         if req.finished_at is not None and req in self.running:

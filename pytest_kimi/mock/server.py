@@ -45,15 +45,4 @@ def build_app(args: MockArgs, engine: Engine, faults: Faults | None = None) -> w
     return app
 
 
-def build_dummy_app() -> web.Application:
-    """Ranks >= 1: SGLang 0.5.9 serves a dummy health server once the node's schedulers are
-    ready (``launch_dummy_health_check_server``: ``/ping``, ``/health``, ``/health_generate``,
-    always 200)."""
-    app = web.Application()
-    app.router.add_get("/ping", status_api.dummy_health)
-    app.router.add_get("/health", status_api.dummy_health)
-    app.router.add_get("/health_generate", status_api.dummy_health)
-    return app
-
-
-__all__ = ["TOKENIZER_DIR", "VERSION", "build_app", "build_dummy_app"]
+__all__ = ["TOKENIZER_DIR", "VERSION", "build_app"]

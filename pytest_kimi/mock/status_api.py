@@ -29,11 +29,6 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-async def dummy_health(request: web.Request) -> web.Response:
-    """Ranks >= 1: SGLang's dummy health endpoint always answers 200."""
-    return web.Response(status=200)
-
-
 async def model_info(request: web.Request) -> web.Response:
     args = request.app[ARGS_KEY]
     return web.json_response(
@@ -55,7 +50,11 @@ async def server_info(request: web.Request) -> web.Response:
     args, engine = request.app[ARGS_KEY], request.app[ENGINE_KEY]
     info = args.server_info()
     info["status"] = "ready"  # scheduler_info, merged in by SGLang's /server_info
-    info["internal_states"] = [{**args.server_info(), "last_gen_throughput": 0.0}]
+    state = {**args.server_info(), "last_gen_throughput": 0.0}
+    average = engine.sim.spec_counters.average()
+    if engine.sim.spec is not None and average is not None:  # Scheduler.get_internal_state
+        state["avg_spec_accept_length"] = average
+    info["internal_states"] = [state]
     info["version"] = VERSION
     if args.mock_server_info_extras:  # keys SGLang lacks: only when asked for
         info["unrecognized_args"] = list(args.unknown)
@@ -103,12 +102,20 @@ async def metrics(request: web.Request) -> web.Response:
         f'{{model_name="{model}",engine_type="{kind}",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
     )
     tok = f'{{model_name="{model}"}}'
-    done = engine.counters
+    done, spec = engine.counters, engine.sim.spec_counters
     lines = [
         *_family("sglang:num_running_reqs", "gauge", "The number of running requests.",
                  sched, engine.running),
         *_family("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
                  sched, engine.queued),
+        # declared by every SGLang 0.5.9 scheduler; set at each decode log (0 without
+        # speculative decoding)
+        *_family("sglang:spec_accept_length", "gauge",
+                 "The average acceptance length of speculative decoding.", sched,
+                 spec.accept_length),
+        *_family("sglang:spec_accept_rate", "gauge",
+                 "The average acceptance rate of speculative decoding (`accepted tokens / total "
+                 "draft tokens` in batch).", sched, spec.accept_rate),
         *_family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
                  tok, done.prompt_tokens),
         *_family("sglang:generation_tokens_total", "counter",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pytest_kimi.mock.kvlink import Link, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
+from pytest_kimi.mock.speculative import Drafts, Speculation, acceptance, prompt_seed
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,18 @@ def simulate(
     chunk_size: int = 8192,
     seed: int = 0,
     reaction_s: float = 0.0,
+    spec: Speculation | None = None,
+    prompts: Sequence[str] = (),
 ) -> TwinRun:
     """Round-robin over ``replicas``, ``concurrency`` clients each sending back to back.
 
-    Request ``i`` has ``input_lens[i % len(input_lens)]`` prompt tokens. ``reaction_s``: cluster
-    seconds from a request's last token to the arrival of the request its freed slot sends
-    (client, router and HTTP together); 0 is an instant client, which is what a local live run
-    on the shared clock is; without it the gap is the client's wall-clock reaction times the
-    time scale (docs/mock.md, "One clock")."""
+    Request ``i`` has ``input_lens[i % len(input_lens)]`` prompt tokens; under speculative
+    decoding (``spec``) its drafts are accepted as the live mock accepts ``prompts[i %
+    len(prompts)]``'s (seeded by the prompt, as on every live replica).
+    ``reaction_s``: cluster seconds from a request's last token to the arrival of the request
+    its freed slot sends (client, router and HTTP together); 0 is an instant client, which is
+    what a local live run on the shared clock is; without it the gap is the client's
+    wall-clock reaction times the time scale (docs/mock.md, "One clock")."""
     sims = [
         ReplicaSim(
             CostModel(profile, tp=tp, pp=pp, ep=ep, gpus_per_node=gpus_per_node),
@@ -66,6 +71,7 @@ def simulate(
             max_running=profile.max_running_requests,
             seed=seed + i,
             jitter=profile.jitter,
+            spec=spec,
         )
         for i in range(replicas)
     ]
@@ -76,7 +82,11 @@ def simulate(
         nonlocal sent
         sim = sims[sent % replicas]
         backlog.extend((sim, e) for e in sim.advance(at))  # bring it to `at` first
-        sim.add(f"r{sent}", input_lens[sent % len(input_lens)], output_len, at)
+        drafts = None
+        if spec is not None and prompts:
+            text = prompts[sent % len(prompts)]
+            drafts = Drafts(acceptance(text), prompt_seed(text))
+        sim.add(f"r{sent}", input_lens[sent % len(input_lens)], output_len, at, drafts)
         sent += 1
 
     backlog: list = []

@@ -13,7 +13,9 @@ from typing import Any
 
 from pytest_kimi import catalogue
 from pytest_kimi.metrics import per_request_ms
+from pytest_kimi.report.categories import category_lines
 from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
+from pytest_kimi.report.pdstages import ttft_lines
 from pytest_kimi.result import LayoutResult, verdict_to_dict
 from pytest_kimi.slo import format_value
 from pytest_kimi.stats import bootstrap_delta
@@ -41,12 +43,17 @@ def _described(names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
 
 def _rows(results: Sequence[LayoutResult]) -> tuple[tuple[str, str, str], ...]:
     """The seed's rows, plus TTFAT and the reasoning split after the TTFT rows when any layout
-    streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens), plus
-    the GPU telemetry rows at the end when any layout's GPUs were sampled."""
+    streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens), the
+    accept length after the TPOT rows when any layout decoded speculatively, plus the GPU
+    telemetry rows at the end when any layout's GPUs were sampled."""
     rows = ROWS
     if any(r.summary is not None and r.summary.total_reasoning_tokens > 0 for r in results):
         at = max(i for i, (name, _, _) in enumerate(ROWS) if name.startswith("ttft_")) + 1
         rows = ROWS[:at] + _described(catalogue.REASONING_ROWS) + ROWS[at:]
+    if any(r.summary is not None and not math.isnan(r.summary.spec_accept_length)
+           for r in results):  # fmt: skip
+        at = max(i for i, (name, _, _) in enumerate(rows) if name.startswith("tpot_")) + 1
+        rows = rows[:at] + _described(catalogue.SPEC_ROWS) + rows[at:]
     if any(r.telemetry is not None for r in results):
         rows += _described(catalogue.TELEMETRY_ROWS)
     return rows
@@ -132,6 +139,7 @@ def _table(results: Sequence[LayoutResult], time_scale: float) -> dict[str, Any]
             "summary": r.summary.to_dict() if r.summary else None,
             "slo": [verdict_to_dict(v) for v in r.verdicts],
             "telemetry": r.telemetry.to_dict() if r.telemetry else None,
+            "pd_stages": r.stage_times.to_dict() if r.stage_times else None,
         }
         for r in results
     ]
@@ -239,6 +247,8 @@ def render_markdown(model: dict[str, Any]) -> str:
             lines += ["", f"## Workload point {title}"]
         lines += ["", *_markdown_table(section)]
         lines += ["", f"{level} SLO verdicts", "", *_verdict_lines(section)]
+        lines += category_lines(section, f"{level} Per SPEED-Bench category")
+        lines += ttft_lines(section, f"{level} Prefill/decode disaggregation: where TTFT goes")
     lines += ["", *pareto_lines(model.get("pareto") or {}, PARETO_IMAGE)]
     lines += verdict_lines(model.get("verdicts") or [], model.get("max_concurrency") or {})
     if model.get("trends"):

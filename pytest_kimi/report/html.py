@@ -26,6 +26,9 @@ import numpy as np
 from matplotlib.textpath import TextPath
 
 from pytest_kimi.metrics import per_request_ms
+from pytest_kimi.report.categories import CAPTION as CATEGORY_CAPTION
+from pytest_kimi.report.categories import HEADER as CATEGORY_HEADER
+from pytest_kimi.report.categories import category_rows
 from pytest_kimi.report.comparison import (
     backend_label,
     cases,
@@ -35,6 +38,8 @@ from pytest_kimi.report.comparison import (
 )
 from pytest_kimi.report.matrixtext import best_text, describe_search, flag_text, search_cell
 from pytest_kimi.report.paretoplot import pareto_figure
+from pytest_kimi.report.pdstages import CAPTION as PD_CAPTION
+from pytest_kimi.report.pdstages import ttft_tables
 from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
 from pytest_kimi.report.trendplot import trend_caption, trend_figure
@@ -104,7 +109,18 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 <li><b>{{ layout.name }}</b> {{ s.name }}:
 <span class="{{ 'pass' if s.passed else 'fail' }}">{{ 'PASS' if s.passed else 'FAIL' }}</span>
 </li>{% endfor %}{% endif %}{% endfor %}
-</ul>{% endfor %}
+</ul>{% if sec.categories %}<h{{ 3 if sec.title else 2 }}>Per SPEED-Bench category</h{{ 3 if
+sec.title else 2 }}><p>{{ category_caption }}</p>
+<table class="text"><thead><tr>{% for h in category_header %}<th>{{ h }}</th>{% endfor %}
+</tr></thead><tbody>{% for row in sec.categories %}<tr>{% for c in row %}
+<td{% if loop.index > 2 %} style="text-align:right"{% endif %}>{{ c }}</td>{% endfor %}</tr>
+{% endfor %}</tbody></table>{% endif %}
+{% if sec.pd %}<h{{ 3 if sec.title else 2 }}>Prefill/decode disaggregation: where TTFT goes
+</h{{ 3 if sec.title else 2 }}><p>{{ pd_caption }}</p>{% for t in sec.pd %}<p><b>{{ t.name }}</b>
+</p><table class="text"><thead><tr><th>part</th><th>mean</th><th>share of TTFT</th></tr>
+</thead><tbody>{% for part, ms, share in t.rows %}<tr><td>{{ part }}</td>
+<td style="text-align:right">{{ ms }}</td><td style="text-align:right">{{ share }}</td></tr>
+{% endfor %}</tbody></table><p>{{ t.kv }}</p>{% endfor %}{% endif %}{% endfor %}
 {% if pareto %}<h2>Pareto view: throughput per GPU against latency</h2>
 <figure id="{{ pareto.id }}">{{ pareto.svg }}<figcaption>{{ pareto.caption }}</figcaption>
 </figure>{% endif %}
@@ -376,7 +392,9 @@ def render_html(
     for section in sections(model):
         header, body = table_rows(section)
         shown.append({"id": section.get("id", ""), "title": point_title(section),
-                      "header": header, "body": body, "layouts": section["layouts"]})  # fmt: skip
+                      "header": header, "body": body, "layouts": section["layouts"],
+                      "categories": category_rows(section),
+                      "pd": ttft_tables(section)})  # fmt: skip
     notes = [(case, n) for case, lay in cases(model) for n in lay["notes"]]
     setup = model.get("setup") or {}
     verdicts = model.get("verdicts") or []
@@ -402,6 +420,9 @@ def render_html(
         listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
         searches=searches,
         sections=shown,
+        category_header=CATEGORY_HEADER,
+        category_caption=CATEGORY_CAPTION,
+        pd_caption=PD_CAPTION,
         notes=notes,
         plots=[_markup(p) for p in plots],
         pareto=_markup(pareto) if pareto else None,

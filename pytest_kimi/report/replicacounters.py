@@ -12,13 +12,16 @@ each. Pure functions over the metrics text and plain data; :mod:`pytest_kimi.mea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REQUESTS = "sglang:num_requests_total"
 PROMPT_TOKENS = "sglang:prompt_tokens_total"
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 SERVER_COUNTERS = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS)
+# speculative decoding's accept length over the scheduler's last decode-log window: a gauge,
+# so the highest of its label sets (ranks that do not log it stay 0), never a sum
+SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
 ROUTER_OUTCOMES = "smg_worker_cb_outcomes_total"
 
 
@@ -51,7 +54,8 @@ class ReplicaCounters:
 
 def server_totals(text: str) -> dict[str, float]:
     """The request and token counters in one server's ``/metrics`` text, summed over their
-    label sets (custom labels split them); a counter the text lacks is absent."""
+    label sets (custom labels split them), and its accept-length gauge; a counter the text
+    lacks is absent."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
@@ -59,6 +63,8 @@ def server_totals(text: str) -> dict[str, float]:
         for sample in family.samples:
             if sample.name in SERVER_COUNTERS:
                 out[sample.name] = out.get(sample.name, 0.0) + sample.value
+            elif sample.name == SPEC_ACCEPT_LENGTH:
+                out[sample.name] = max(out.get(sample.name, 0.0), sample.value)
     return out
 
 
@@ -86,6 +92,17 @@ class Snapshot:
     servers: Mapping[str, Mapping[str, float] | None]
     router: Mapping[str, float] | None = None
     router_read: bool = False
+    # disaggregated servers: per-stage latency totals and KV gauges (pytest_kimi.report.pdstages)
+    stages: Mapping[str, Mapping[str, tuple[float, float]] | None] = field(default_factory=dict)
+    kv: Mapping[str, Mapping[str, float] | None] = field(default_factory=dict)
+
+
+def server_accept_length(snapshot: Snapshot) -> float | None:
+    """The replicas' mean ``sglang:spec_accept_length`` in a snapshot: ``None`` where no
+    replica speculates (the gauge is 0 there) or none was read."""
+    values = [s.get(SPEC_ACCEPT_LENGTH, 0.0) for s in snapshot.servers.values() if s]
+    values = [v for v in values if v > 0]
+    return sum(values) / len(values) if values else None
 
 
 def _delta(before: float, after: float) -> int | None:

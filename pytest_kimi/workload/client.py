@@ -76,6 +76,7 @@ class RequestSpec:
     prompt_id: str
     text: str
     nominal_tokens: int
+    category: str | None = None  # its SPEED-Bench category (the dataset row's)
 
 
 def payload(api: str, text: str, output_len: int, model: str) -> dict[str, Any]:
@@ -121,6 +122,8 @@ class _StreamParser:
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.request_id: str | None = None
+        self.spec_verify_ct: int | None = None
+        self.spec_accept_length: float | None = None
         self._seen = 0
         self._reasoning_streamed = 0
         self._reasoning_reported = 0
@@ -168,6 +171,10 @@ class _StreamParser:
         meta = data.get("meta_info") or {}
         self.request_id = meta.get("id", self.request_id)
         self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+        if "spec_verify_ct" in meta:  # speculative decoding: the finished request's counts
+            self.spec_verify_ct = int(meta["spec_verify_ct"])
+            length = meta.get("spec_accept_length")
+            self.spec_accept_length = None if length is None else float(length)
         total = meta.get("completion_tokens")
         if total is None:
             return 1 if data.get("text") else 0
@@ -324,6 +331,8 @@ async def send_one(
     record.completion_tokens = parser.completion_tokens
     record.request_id = parser.request_id
     record.reasoning_tokens = parser.reasoning_tokens
+    record.spec_verify_ct = parser.spec_verify_ct
+    record.spec_accept_length = parser.spec_accept_length
     return record
 
 
@@ -556,4 +565,5 @@ def _new_record(
         max_output_tokens=options.output_len,
         warmup=warmup,
         clock_start=options.clock_start,
+        category=spec.category,
     )

@@ -53,8 +53,8 @@ def spec_json(
     """The spec file's text (the inverse of :func:`read_spec`)."""
     from dataclasses import asdict
 
-    rows = [[r.prompt_id, r.text, r.nominal_tokens] for r in requests]
-    warm = [[r.prompt_id, r.text, r.nominal_tokens] for r in warmup]
+    rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category] for r in requests]
+    warm = [[r.prompt_id, r.text, r.nominal_tokens, r.category] for r in warmup]
     return json.dumps(
         {"endpoint": endpoint, "options": asdict(options), "requests": rows, "warmup": warm}
     )

@@ -67,6 +67,11 @@ class RequestRecord:
     connected_time: float | None = None  # its connection was open
     sent_time: float | None = None  # its last byte was in the kernel (on its way)
     clock_start: str = "send"  # where TTFT and E2E start: "request" (start_time) or "send"
+    category: str | None = None  # the prompt's SPEED-Bench category
+    # speculative decoding, from the final meta_info where the server sends it (SGLang's
+    # /generate): verify steps, and completion_tokens / spec_verify_ct as SGLang computes it
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
 
     @property
     def latency_start(self) -> float:

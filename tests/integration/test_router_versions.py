@@ -97,7 +97,8 @@ def test_an_unknown_readiness_answer_fails_at_once_naming_the_router_version(
     tmp_path: Path, readiness: list, unexpected: str
 ):
     message, deployment = _bring_up(tmp_path, readiness, SMG)
-    assert f"sglang-router {FAKE_VERSION} answered in a format we do not understand" in message
+    wanted = f"sglang-router {FAKE_VERSION} answered in a format we do not understand"
+    assert wanted in message, message  # the whole message (a router's traceback) if not
     assert "/readiness" in message and unexpected in message
     assert "after 3600s" not in message  # not the deadline
     assert deployment.leftovers == []

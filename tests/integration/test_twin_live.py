@@ -3,8 +3,9 @@ and the disaggregated pd-pp8-tp32 (a PP8 prefill server handing each prompt's KV
 TP32 decode server), through the real router and the product's client, must equal the offline
 twin of the same prompts, show the seed's headline trade-off (PP8: lower TTFT p95, higher
 TPOT, longer, lower throughput) and what its proposal expects of disaggregation (TTFT near
-PP8's, TPOT no worse than TP32's), and move TTFT and TPOT with a smaller chunked prefill as
-the model predicts."""
+PP8's, TPOT no worse than TP32's), move TTFT and TPOT with a smaller chunked prefill as
+the model predicts, and, speculating (tp32-eagle), accept more drafts on low-entropy prompts
+than on high-entropy ones and decode faster than tp32."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "\n  time_scale: 40 " in shipped
     (work / "local.yaml").write_text(shipped.replace("\n  time_scale: 40 ", "\n  time_scale: 200 "))
     done = subprocess.run(
-        [*pytest_argv(), "--cluster=local.yaml", "--layout=tp32,pp8,tp32-cp4k,pd-pp8-tp32",
+        [*pytest_argv(), "--cluster=local.yaml",
+         "--layout=tp32,pp8,tp32-cp4k,pd-pp8-tp32,tp32-eagle",
          "--kimi-report-dir=out", "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
         cwd=work, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -47,7 +49,7 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32"])
+@pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle"])
 def test_the_live_mock_equals_its_twin_on_every_seed_cell(mission_run: Path, layout: str):
     """The mock's model, run live (8 server processes, the router, the product's client, one
     shared clock), gives what the offline twin gives on the same prompts: the wall time of
@@ -91,8 +93,10 @@ def _twin(cluster, layout: str) -> dict:
     if cluster.layout(layout).disaggregated:
         return mission.summarize_twin(mission.simulate_pd_layout(cluster, layout, lens)).to_dict()
     deployment = mission.deployment(cluster, layout)
+    prompts = mission.mission_prompts(cluster)  # speculation accepts by the prompt's text
     return mission.summarize_twin(
-        mission.simulate_deployment(mission.profile_of(cluster), deployment, lens)
+        mission.simulate_deployment(mission.profile_of(cluster), deployment, lens,
+                                    prompts=prompts)
     ).to_dict()
 
 
@@ -124,3 +128,20 @@ def test_a_smaller_chunked_prefill_moves_ttft_and_tpot_as_the_model_predicts(mis
         assert predicted > 2 * TOLERANCE, (cell, predicted)  # the model says it matters
         assert measured > 0 and abs(measured - predicted) <= 2 * TOLERANCE, (
             cell, predicted, measured)  # fmt: skip
+
+
+def test_speculation_accepts_more_on_low_entropy_and_decodes_faster(mission_run: Path):
+    """SPEED-Bench's point: acceptance depends on the text. The client's per-request counts
+    (meta_info) give the accept length overall and per category; low entropy accepts more
+    than high entropy, and TPOT (mean) is below tp32's. The twin predicts the same lengths."""
+    eagle = json.loads((mission_run / "tp32-eagle" / "summary.json").read_text())
+    tp32 = json.loads((mission_run / "tp32" / "summary.json").read_text())
+    assert eagle["spec_accept_length_source"] == "meta_info"
+    by = eagle["by_category"]
+    assert sorted(by) == ["high_entropy", "low_entropy", "mixed"]
+    lengths = {name: by[name]["spec_accept_length"] for name in by}
+    assert lengths["low_entropy"] > lengths["mixed"] > lengths["high_entropy"] > 1.0, lengths
+    assert eagle["mean_tpot_ms"] < tp32["mean_tpot_ms"]
+    assert tp32["spec_accept_length"] is None and "mean_tpot_ms" in tp32["by_category"]["mixed"]
+    twin = _twin(load_cluster(LOCAL), "tp32-eagle")
+    assert eagle["spec_accept_length"] == pytest.approx(twin["spec_accept_length"], rel=TOLERANCE)

@@ -73,7 +73,9 @@ def test_local_yaml_loads() -> None:
     assert [n.name for n in cfg.nodes] == [f"node60{i}" for i in range(1, 9)]
     assert all(n.host == "127.0.0.1" and n.gpus == 8 for n in cfg.nodes)
     assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
-    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32"]
+    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle"]
+    eagle = cfg.server_args(cfg.layout("tp32-eagle"))
+    assert (eagle["speculative-algorithm"], eagle["speculative-num-steps"]) == ("EAGLE3", 3)
     prefill, decode = cfg.layout("pd-pp8-tp32").sides
     assert (prefill.role, prefill.tp, prefill.pp, prefill.nodes_per_replica) == ("prefill", 4, 8, 4)
     assert (decode.role, decode.tp, decode.pp, decode.nodes_per_replica) == ("decode", 32, 1, 4)
@@ -137,7 +139,8 @@ def test_pro6000_yaml_loads() -> None:
         "tp32": Layout("tp32", 32, 1, 4),
         "pp8": Layout("pp8", 4, 8, 4),
     }
-    assert list(cfg.layouts) == ["tp32", "pp8", "pd-pp8-tp32"]  # test_pd_layouts.py: the last
+    # test_pd_layouts.py: pd-pp8-tp32; test_layouts.py: tp32-eagle's dry run
+    assert list(cfg.layouts) == ["tp32", "pp8", "pd-pp8-tp32", "tp32-eagle"]
     srv = cfg.server
     assert srv.python == "/opt/sglang/venv/bin/python"
     assert srv.module == "sglang.launch_server"
@@ -728,3 +731,24 @@ def test_ssh_auto_prometheus_port_rejected(tmp_path: Path) -> None:
 def test_yaml_construct_errors_are_config_errors(tmp_path: Path, old: str, new: str) -> None:
     path, msg = load_error(tmp_path, edit(old, new))
     assert str(path) in msg
+
+
+def test_speculative_decoding_with_pipeline_parallelism_is_refused_where_it_is_set(
+    tmp_path: Path,
+) -> None:
+    """SGLang 0.5.9 asserts at start-up that PP > 1 runs no speculative decoding: the file
+    says so first, naming the flag that turns it on (the layout's, or server.args')."""
+    pp2 = "  pp2: {tp: 8, pp: 2, ep: 8}"
+    line = BASE.splitlines().index(pp2) + 1
+    text = edit(pp2, "  pp2: {tp: 8, pp: 2, ep: 8, args: {speculative-algorithm: EAGLE3}}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, line, "layouts.pp2.args.speculative-algorithm")
+    assert "layouts.pp2 with PP 2" in msg and "use PP 1" in msg
+    text = edit("    chunked-prefill-size: 8192",
+                "    chunked-prefill-size: 8192\n    speculative-algorithm: EAGLE")  # fmt: skip
+    path, msg = load_error(tmp_path, text)
+    assert "field 'server.args.speculative-algorithm'" in msg and "PP 2" in msg
+    # a PP1 layout speculates; a PP layout may switch the cluster-wide flag off (null)
+    both = text.replace(pp2, "  pp2: {tp: 8, pp: 2, ep: 8, args: {speculative-algorithm: null}}")
+    cfg = load_cluster(write(tmp_path, both))
+    assert cfg.server_args(cfg.layout("tp16"))["speculative-algorithm"] == "EAGLE"

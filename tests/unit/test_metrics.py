@@ -377,6 +377,9 @@ def expected_keys(pkeys: list[str]) -> set[str]:
         "goodput_limits_ms",
         "total_reasoning_tokens",
         "total_answer_tokens",
+        "spec_accept_length",
+        "spec_accept_length_source",
+        "by_category",
     }
     for m in ("ttft", "tpot", "itl", "e2e_latency", "ttfat"):
         keys |= {f"mean_{m}_ms", f"median_{m}_ms", f"std_{m}_ms"}
@@ -706,3 +709,56 @@ def test_a_record_written_before_the_choice_existed_reads_back_timed_from_its_se
     data["start_time"] = 1.0
     old = RequestRecord.from_dict(data)
     assert old.clock_start == "send" and old.latency_start == 1.2
+
+
+def _spec_record(index: int, tokens: int, verify: int | None, category: str) -> RequestRecord:
+    record = rec(index, 0.0, 0.5, 2.5, [(0.5, 1), (2.5, tokens - 1)], completion_tokens=tokens)
+    record.spec_verify_ct, record.category = verify, category
+    record.spec_accept_length = tokens / verify if verify else None
+    return record
+
+
+def test_spec_accept_length_weighs_tokens_over_verify_steps() -> None:
+    """SGLang's per-request accept length is completion_tokens / spec_verify_ct; the run's is
+    the same ratio over every request that reports its steps."""
+    records = [_spec_record(0, 300, 100, "low"), _spec_record(1, 100, 50, "high"),
+               _spec_record(2, 80, None, "high")]  # fmt: skip
+    s = summarize(records)
+    assert s.spec_accept_length == pytest.approx(400 / 150)
+    assert s.spec_accept_length_source == "meta_info"
+    assert s.metric("spec_accept_length") == s.spec_accept_length
+    assert s.figures()["spec_accept_length"] == s.spec_accept_length
+    # counts in the responses win over the server's gauge
+    assert summarize(records, server_accept_length=9.0).spec_accept_length == s.spec_accept_length
+
+
+def test_without_counts_the_servers_gauge_gives_the_accept_length() -> None:
+    records = [_spec_record(0, 300, None, "low")]
+    s = summarize(records, server_accept_length=2.7)
+    assert (s.spec_accept_length, s.spec_accept_length_source) == (2.7, "server")
+    plain = summarize(records, server_accept_length=0.0)  # a server that does not speculate
+    assert math.isnan(plain.spec_accept_length) and plain.spec_accept_length_source is None
+    assert "spec_accept_length" not in plain.figures()
+
+
+def test_every_metric_is_split_by_category() -> None:
+    from pytest_kimi.summary import Summary
+
+    records = [_spec_record(0, 300, 100, "low_entropy"), _spec_record(1, 100, 50, "high_entropy"),
+               _spec_record(2, 120, 60, "high_entropy")]  # fmt: skip
+    s = summarize(records, percentiles=(50, 95))
+    assert sorted(s.by_category) == ["high_entropy", "low_entropy"]
+    low, high = s.by_category["low_entropy"], s.by_category["high_entropy"]
+    assert (low.completed, high.completed) == (1, 2)
+    assert low.spec_accept_length == 3.0 and high.spec_accept_length == 2.0
+    assert high.tpot_ms.mean == pytest.approx(summarize(records[1:]).tpot_ms.mean)
+    assert low.by_category == {}  # one level
+    data = json.loads(json.dumps(s.to_dict()))
+    assert data["by_category"]["low_entropy"]["spec_accept_length"] == 3.0
+    assert data["by_category"]["high_entropy"]["mean_tpot_ms"] == high.tpot_ms.mean
+    back = Summary.from_dict(data)
+    assert back.by_category["high_entropy"].tpot_ms == high.tpot_ms
+    assert back.spec_accept_length == s.spec_accept_length
+    # one category (or none): nothing to split
+    assert summarize([_spec_record(0, 300, 100, "low")]).by_category == {}
+    assert summarize(base_records()).by_category == {}

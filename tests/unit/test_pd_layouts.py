@@ -260,7 +260,7 @@ def test_the_reports_setup_names_each_side() -> None:
     assert _parallel({"tp": 32, "pp": 1, "ep": 4}) == "TP32/PP1/EP4"
 
 
-def test_the_dry_run_prints_every_pd_command_and_starts_nothing() -> None:
+def test_the_dry_run_prints_every_pd_and_speculative_command_and_starts_nothing() -> None:
     import subprocess
 
     from pytest_kimi.testing.processes import pytest_argv
@@ -268,7 +268,7 @@ def test_the_dry_run_prints_every_pd_command_and_starts_nothing() -> None:
     root = CLUSTERS.parent
     done = subprocess.run(
         [*pytest_argv(), str(root / "tests" / "perf"), f"--cluster={CLUSTERS / 'pro6000.yaml'}",
-         "--kimi-dry-run", "--layout=pd-pp8-tp32", "-p", "no:cacheprovider",
+         "--kimi-dry-run", "--layout=pd-pp8-tp32,tp32-eagle", "-p", "no:cacheprovider",
          f"--rootdir={root}"],
         capture_output=True, text=True, timeout=120, cwd=root,
     )  # fmt: skip
@@ -285,6 +285,12 @@ def test_the_dry_run_prints_every_pd_command_and_starts_nothing() -> None:
     assert ("sglang_router.launch_router --pd-disaggregation --prefill http://10.0.0.1:30001 "
             "8998 --decode http://10.0.0.5:30001 --prefill-policy round_robin --decode-policy "
             "round_robin ") in out
+    # tp32-eagle: every node of both replicas speculates with the layout's flags
+    eagle = out[out.index("# layout tp32-eagle"):]
+    assert eagle.count("--speculative-algorithm EAGLE3 --speculative-draft-model-path "
+                       "/models/Kimi-K3-eagle3 --speculative-num-steps 3 "
+                       "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4") == 8
+    assert eagle.count("--tp-size 32 --pp-size 1 --ep-size 4") == 8
     assert "dry run: nothing was started" in out + done.stderr
 
 

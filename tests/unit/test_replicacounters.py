@@ -108,3 +108,18 @@ def test_replica_counters_survive_summary_json(tmp_path: Path):
     back, saved = load_layout(folder.path / "tp32")
     assert back.replica_counters == result.replica_counters
     assert saved["replica_counters"]["replica0"]["requests"] == 20
+
+
+def test_the_accept_length_gauge_is_the_mean_of_the_replicas_that_speculate():
+    from pytest_kimi.report.replicacounters import Snapshot, server_accept_length, server_totals
+
+    def text(*values: float) -> str:
+        lines = ["# TYPE sglang:spec_accept_length gauge"]
+        lines += [f'sglang:spec_accept_length{{tp_rank="{i}"}} {v}' for i, v in enumerate(values)]
+        return "\n".join(lines) + "\n"
+
+    assert server_totals(text(0.0, 2.5))["sglang:spec_accept_length"] == 2.5  # ranks: highest
+    snap = Snapshot({"replica0": server_totals(text(2.5)), "replica1": server_totals(text(3.5)),
+                     "replica2": None})  # fmt: skip
+    assert server_accept_length(snap) == 3.0
+    assert server_accept_length(Snapshot({"replica0": server_totals(text(0.0))})) is None

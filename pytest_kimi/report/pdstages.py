@@ -1,0 +1,228 @@
+"""Where a disaggregated layout's TTFT goes: SGLang's own per-stage latencies, split.
+
+With prefill/decode disaggregation a request's first token passes the prefill server (waiting
+for its decode server's slot, queueing, the forward pass), the KV cache's transfer and the
+decode server's admission. SGLang 0.5.9 times each stage itself, in one histogram
+``sglang:per_stage_req_latency_seconds{stage=...}`` on each side's ``/metrics`` (each stage the
+time since the previous stage's mark). Read before and after the measured run, the histograms'
+sums over their counts give each stage's mean per request; what TTFT holds beyond them is the
+router, HTTP and the client.
+
+KV transfer throughput: 0.5.9 exports ``sglang:kv_transfer_speed_gb_s`` and
+``sglang:kv_transfer_latency_ms`` on the prefill side but never sets them (always 0), and no
+other metric gives bytes; the report shows them where a server sets them and says so where
+none does. Pure functions over metrics text and plain data; :mod:`pytest_kimi.measure` scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+STAGE_HISTOGRAM = "sglang:per_stage_req_latency_seconds"
+TRANSFER = "kv_transfer_tail"  # derived: see StageTimes.ttft_split
+KV_SPEED = "sglang:kv_transfer_speed_gb_s"
+KV_LATENCY = "sglang:kv_transfer_latency_ms"
+
+# (stage, what it is) in a first token's order; each side's requests are counted by the stage
+# it observes once per request at the end of its part (prefill_forward, decode_waiting)
+TTFT_STAGES: tuple[tuple[str, str], ...] = (
+    ("prefill_bootstrap", "prefill: waiting for the decode side's slot"),
+    ("prefill_waiting", "prefill: queued (and earlier chunks)"),
+    ("prefill_forward", "prefill: the last chunk's forward"),
+    (TRANSFER, "KV transfer left after the last chunk, until it landed"),
+    ("decode_waiting", "decode: KV landed to the first token"),
+)
+PREFILL_COUNT, DECODE_COUNT = "prefill_forward", "decode_waiting"
+
+
+def stage_totals(text: str) -> dict[str, tuple[float, float]]:
+    """``stage -> (sum, count)`` of the per-stage histogram in one server's ``/metrics`` text,
+    summed over its other labels; empty where the server has none (not disaggregated)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != STAGE_HISTOGRAM:
+            continue
+        for sample in family.samples:
+            stage = sample.labels.get("stage")
+            if stage is None or sample.name not in (f"{STAGE_HISTOGRAM}_sum",
+                                                    f"{STAGE_HISTOGRAM}_count"):  # fmt: skip
+                continue
+            total, count = out.get(stage, (0.0, 0.0))
+            if sample.name.endswith("_sum"):
+                total += sample.value
+            else:
+                count += sample.value
+            out[stage] = (total, count)
+    return out
+
+
+def kv_gauges(text: str) -> dict[str, float]:
+    """The prefill's KV transfer gauges (the highest of their label sets); absent if none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in (KV_SPEED, KV_LATENCY):
+                out[sample.name] = max(out.get(sample.name, 0.0), sample.value)
+    return out
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One disaggregated layout's measured run: each stage's mean seconds per request (cluster
+    time on the mock), how many requests each side counted, and the KV transfer gauges where
+    a server set them (``None``: 0 or absent, as on SGLang 0.5.9)."""
+
+    seconds: Mapping[str, float]
+    prefill_requests: int
+    decode_requests: int
+    kv_speed_gb_s: float | None = None
+    kv_latency_ms: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def transfer_tail(self) -> float | None:
+        """Seconds from the last chunk's forward to the KV landing on the decode side. The
+        decode side's ``decode_transferred`` runs from its bootstrap (when the prefill's
+        bootstrap ends too) to the landing, so it holds the prefill's queue and forward and
+        then this; the prefill's own ``prefill_transfer_kv_cache`` ends when its side is done
+        sending, and is the fallback."""
+        s = self.seconds
+        if "decode_transferred" in s:
+            return max(0.0, s["decode_transferred"] - s.get("prefill_waiting", 0.0)
+                       - s.get("prefill_forward", 0.0))  # fmt: skip
+        return s.get("prefill_transfer_kv_cache")
+
+    def ttft_split(self, ttft_mean_ms: float | None) -> list[tuple[str, float]]:
+        """``(part, ms)`` in a first token's order, then what TTFT (mean) holds beyond the
+        stages: the router, HTTP and the client (omitted without a TTFT)."""
+        seconds = {**self.seconds, TRANSFER: self.transfer_tail()}
+        parts = [(label, seconds[stage] * 1000.0) for stage, label in TTFT_STAGES
+                 if seconds.get(stage) is not None]  # fmt: skip
+        if ttft_mean_ms is not None and parts:
+            parts.append(("the rest: router, HTTP, client",
+                          ttft_mean_ms - sum(ms for _, ms in parts)))  # fmt: skip
+        return parts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": dict(self.seconds),
+            "prefill_requests": self.prefill_requests,
+            "decode_requests": self.decode_requests,
+            "kv_speed_gb_s": self.kv_speed_gb_s,
+            "kv_latency_ms": self.kv_latency_ms,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StageTimes:
+        return cls(
+            seconds={str(k): float(v) for k, v in (data.get("seconds") or {}).items()},
+            prefill_requests=int(data.get("prefill_requests") or 0),
+            decode_requests=int(data.get("decode_requests") or 0),
+            kv_speed_gb_s=data.get("kv_speed_gb_s"),
+            kv_latency_ms=data.get("kv_latency_ms"),
+            notes=tuple(data.get("notes") or ()),
+        )
+
+
+Totals = Mapping[str, tuple[float, float]]
+
+
+def stage_times(
+    before: Mapping[str, Totals | None],
+    after: Mapping[str, Totals | None],
+    kv: Mapping[str, Mapping[str, float] | None],
+) -> StageTimes | None:
+    """Each stage's mean over the run, from every server's totals before and after (replica
+    name -> :func:`stage_totals`) and its :func:`kv_gauges` after. ``None`` when no server
+    has stages (not a disaggregated layout, or its metrics unreadable)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for name, new in after.items():
+        old = before.get(name)
+        if new is None or old is None:
+            continue
+        for stage, (total, count) in new.items():
+            was_total, was_count = old.get(stage, (0.0, 0.0))
+            sums[stage] = sums.get(stage, 0.0) + total - was_total
+            counts[stage] = counts.get(stage, 0.0) + count - was_count
+    if not sums:
+        return None
+    per_side = {"prefill": counts.get(PREFILL_COUNT, 0.0), "decode": counts.get(DECODE_COUNT, 0.0)}
+    seconds = {}
+    for stage, total in sums.items():
+        n = per_side["decode" if stage.startswith("decode") else "prefill"]
+        if n > 0:
+            seconds[stage] = total / n
+    speeds = [g.get(KV_SPEED, 0.0) for g in kv.values() if g]
+    latencies = [g.get(KV_LATENCY, 0.0) for g in kv.values() if g]
+    notes = ()
+    if not any(s > 0 for s in speeds):
+        notes = ("KV transfer throughput not reported: sglang:kv_transfer_speed_gb_s is 0 on "
+                 "every prefill server (SGLang 0.5.9 exports it and never sets it)",)  # fmt: skip
+    return StageTimes(
+        seconds=seconds,
+        prefill_requests=int(per_side["prefill"]),
+        decode_requests=int(per_side["decode"]),
+        kv_speed_gb_s=max(speeds) if any(s > 0 for s in speeds) else None,
+        kv_latency_ms=max(latencies) if any(x > 0 for x in latencies) else None,
+        notes=notes,
+    )
+
+
+CAPTION = (
+    "Where a disaggregated layout's TTFT (mean) goes, by SGLang's own per-stage latencies "
+    "(sglang:per_stage_req_latency_seconds on each side, means per request over the measured "
+    "run); the rest is the router, HTTP and the client."
+)
+
+
+def ttft_tables(section: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per disaggregated layout of a report section: its name, rows ``[part, ms, share of
+    TTFT]`` as text, and what it says of KV transfer throughput."""
+    out = []
+    for lay in section["layouts"]:
+        data = lay.get("pd_stages")
+        if not data:
+            continue
+        times = StageTimes.from_dict(data)
+        ttft = (lay.get("summary") or {}).get("mean_ttft_ms")
+        rows = [[part, _ms(ms), f"{ms / ttft:.0%}" if ttft else "n/a"]
+                for part, ms in times.ttft_split(ttft)]  # fmt: skip
+        if ttft is not None:
+            rows.append(["TTFT (mean)", _ms(ttft), "100%"])
+        out.append({"name": lay["name"], "rows": rows, "kv": _kv_text(times)})
+    return out
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:.2f} s" if abs(ms) >= 1000 else f"{ms:.1f} ms"
+
+
+def _kv_text(times: StageTimes) -> str:
+    if times.kv_speed_gb_s is None:
+        return ("KV transfer throughput: not reported (sglang:kv_transfer_speed_gb_s is 0 on "
+                "every prefill server: SGLang 0.5.9 exports it and never sets it)")  # fmt: skip
+    text = f"KV transfer throughput: {times.kv_speed_gb_s:.2f} GB/s"
+    if times.kv_latency_ms is not None:
+        text += f", latency {times.kv_latency_ms:.1f} ms"
+    return text + " (the prefill servers' last reported values)"
+
+
+def ttft_lines(section: Mapping[str, Any], heading: str) -> list[str]:
+    """The tables as Markdown under ``heading``; nothing without a disaggregated layout."""
+    tables = ttft_tables(section)
+    if not tables:
+        return []
+    lines = ["", heading, "", CAPTION]
+    for table in tables:
+        lines += ["", f"**{table['name']}**", "", "| part | mean | share of TTFT |",
+                  "|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {part} | {ms} | {share} |" for part, ms, share in table["rows"]]
+        lines += ["", table["kv"]]
+    return lines
