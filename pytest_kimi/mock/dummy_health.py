@@ -54,8 +54,9 @@ class _Connections:
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ValueError):  # fmt: skip
+            pass  # a line past the reader's limit (ValueError), a peer gone: hang up
         finally:
             self.writers.discard(writer)
             writer.close()
@@ -64,7 +65,7 @@ class _Connections:
         """Serve one request; whether the connection stays open for another."""
         try:
             line = await asyncio.wait_for(reader.readline(), KEEP_ALIVE_S)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # (Python 3.10's wait_for raises this one, not TimeoutError)
             return False
         if not line:
             return False
@@ -73,18 +74,25 @@ class _Connections:
             log.warning("Invalid HTTP request received.")  # uvicorn's line (HTTP/2 probes too)
             return False
         method, target, version = parts
+        # h11 (uvicorn's) closes after an HTTP/1.0 request whatever it asks
         close, length, size = version == "HTTP/1.0", 0, len(line)
         while True:
             header = await reader.readline()
             size += len(header)
-            if header in (b"\r\n", b"\n", b"") or size > MAX_HEAD:
+            if size > MAX_HEAD:
+                writer.write(_response(431, "Request Header Fields Too Large", b"", True))
+                await writer.drain()
+                return False
+            if header in (b"\r\n", b"\n", b""):
                 break
             name, _, value = header.decode("latin-1").partition(":")
             name, value = name.strip().lower(), value.strip().lower()
             if name == "content-length" and value.isdigit():
                 length = int(value)
-            elif name == "connection":
-                close = value == "close" or (version == "HTTP/1.0" and value != "keep-alive")
+            elif name == "connection" and "close" in (t.strip() for t in value.split(",")):
+                close = True
+            elif name == "transfer-encoding":
+                close = True  # a chunked body is not read: answer, then hang up
         if length:
             await reader.readexactly(length)
         status, reason, body = answer(method, target.split("?", 1)[0])

@@ -66,6 +66,10 @@ class State:
         """The tokens this chunk adds (an OpenAI delta)."""
         return self.text(self.before)
 
+    def span(self, start: int, end: int) -> str:
+        """Tokens ``start`` .. ``end`` as text."""
+        return self.words.text[self.words.offsets[start] : self.words.offsets[end]]
+
     def meta(self) -> dict[str, Any]:
         """SGLang 0.5.9's ``meta_info`` keys (tokenizer_manager.py): ``e2e_latency`` only once
         the request has finished, as there."""

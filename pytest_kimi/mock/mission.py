@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pytest_kimi.config import ClusterConfig
 from pytest_kimi.metrics import summarize
+from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.mock.speculative import Speculation
 from pytest_kimi.mock.twin import Side, TwinRun, simulate, simulate_pd
@@ -46,18 +47,19 @@ class Deployment:
     chunk_size: int
     seed: int
     spec: Speculation | None = None  # the layout's speculative decoding, as its servers get it
+    max_running: int | None = None  # --max-running-requests as resolved (None: the profile's)
 
 
-def speculation(cluster: ClusterConfig, layout: str) -> Speculation | None:
-    """``layout``'s speculative decoding, from the flags its servers get, resolved as the
-    mock server resolves them (SGLang's defaults)."""
+def server_flags(cluster: ClusterConfig, layout: str) -> MockArgs:
+    """The flags ``layout``'s servers get, parsed and resolved as the mock server does
+    (SGLang's defaults: speculative decoding's parameters and running-request limit)."""
     from pytest_kimi.deploy.plan import flags
     from pytest_kimi.mock.args import parse_args
 
     lay = cluster.layout(layout)
     argv = ["--model-path", "-", "--tp-size", str(lay.tp), "--pp-size", str(lay.pp),
             *flags(cluster.server_args(lay))]  # fmt: skip
-    return parse_args(argv).speculation
+    return parse_args(argv)
 
 
 def unified_layouts(cluster: ClusterConfig) -> list[str]:
@@ -97,6 +99,7 @@ def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
                          "disaggregation (a KV hand-off between servers)")  # fmt: skip
     wl = cluster.workload
     chunk = cluster.server_args(lay).get("chunked-prefill-size", 8192)
+    flags = server_flags(cluster, layout)
     return Deployment(
         tp=lay.tp,
         pp=lay.pp,
@@ -108,7 +111,8 @@ def deployment(cluster: ClusterConfig, layout: str) -> Deployment:
         concurrency=wl.concurrency,
         chunk_size=int(chunk),
         seed=cluster.mock.seed if cluster.mock else 0,
-        spec=speculation(cluster, layout),
+        spec=flags.speculation,
+        max_running=flags.max_running_requests,
     )
 
 
@@ -170,6 +174,7 @@ def simulate_deployment(
         reaction_s=reaction_s,
         spec=dep.spec,
         prompts=prompts,
+        max_running=dep.max_running,
     )
 
 

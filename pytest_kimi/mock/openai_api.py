@@ -78,27 +78,31 @@ async def chat(request: web.Request) -> web.StreamResponse:
         if tail:
             return [{**head, "choices": [], "usage": _usage(s)}] if include_usage else []
         if s.generated <= thinking:
-            return _reasoning_chunks(head, s)
-        delta: dict[str, Any] = {"content": s.new_text()}
-        if s.generated == 1:  # (after thinking, the role chunk has gone out already)
+            return _reasoning_chunks(head, s, s.new_text())
+        chunks, answer_from = [], s.before
+        if s.before < thinking:  # one speculative step ends the thinking: SGLang's parser
+            # splits its text, the reasoning part first
+            chunks, answer_from = _reasoning_chunks(head, s, s.span(s.before, thinking)), thinking
+        delta: dict[str, Any] = {"content": s.span(answer_from, s.generated)}
+        if s.before == 0 and not chunks:  # (after thinking, the role chunk has gone out)
             delta["role"] = "assistant"
         choice = {"index": 0, "delta": delta, "finish_reason": "length" if s.done else None}
-        return [{**head, "choices": [choice], "usage": None}]
+        return [*chunks, {**head, "choices": [choice], "usage": None}]
 
     return await run_generation(request, count_tokens(prompt), max_new, stream, render, body,
                                 prompt)  # fmt: skip
 
 
-def _reasoning_chunks(head: dict[str, Any], s: State) -> list[dict[str, Any]]:
-    """A thinking token as SGLang 0.5.9 streams it: ``DeltaMessage(reasoning_content=...)``
+def _reasoning_chunks(head: dict[str, Any], s: State, text: str) -> list[dict[str, Any]]:
+    """Thinking tokens as SGLang 0.5.9 streams them: ``DeltaMessage(reasoning_content=...)``
     dumped whole, after the role chunk (``DeltaMessage(role="assistant", content="")``) for the
     first token."""
     empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
-    delta = {**empty, "reasoning_content": s.new_text()}
+    delta = {**empty, "reasoning_content": text}
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None,
               "matched_stop": None}  # fmt: skip
     chunks = [{**head, "choices": [choice], "usage": None}]
-    if s.generated == 1:
+    if s.before == 0:
         role = {**empty, "role": "assistant", "content": ""}
         chunks.insert(0, {**head, "choices": [{**choice, "delta": role}], "usage": None})
     return chunks

@@ -353,13 +353,17 @@ class ReplicaSim:
                 n = 1
                 if self.spec is not None and req.drafts is not None:
                     drafts = req.drafts.step(self.spec.max_drafts)
-                    accepted += drafts
+                    # the gauges count what the request kept (SGLang recomputes a finishing
+                    # request's accept length); its meta_info counts every accepted draft
+                    accepted += min(drafts, req.max_new_tokens - req.generated - 1)
                     n += drafts
                 events.append(self._emit(req, batch.done_at, n))
         if self.spec is not None and batch.decodes:
             counters, spec = self.spec_counters, self.spec
             counters.verified(accepted, len(batch.decodes), spec.num_draft_tokens,
                               self.decode_log_interval)  # fmt: skip
+        elif batch.decodes:
+            self.spec_counters.decoded(self.decode_log_interval)
         for req, _ in batch.prefills:
             self._maybe_drop(req)
         for req in batch.decodes:

@@ -16,8 +16,8 @@ The model here, stated so it can be checked:
 * **Where ``a`` comes from.** A drafter accepts more on text whose continuation is predictable.
   The mock sees only the prompt, so it measures that on the prompt: ``r``, the share of the
   prompt's word bigrams that already occurred earlier in it, and ``a = A_MIN + (A_MAX - A_MIN) r``.
-  On SPEED-Bench's tiers (the synthetic file) ``r`` is ~0.97 for ``low_entropy``, 0.35-0.55 for
-  ``mixed`` and ~0.01 for ``high_entropy``: accept lengths ~3.2, ~2.5 and ~1.9 at 3 steps,
+  On SPEED-Bench's tiers (the synthetic file) ``r`` is ~0.97 for ``low_entropy``, 0.35-0.58 for
+  ``mixed`` and ~0.01 for ``high_entropy``: accept lengths ~3.2, ~2.4 and ~1.9 at 3 steps,
   the span published for Kimi K2-family EAGLE3 drafts at ``--speculative-num-steps 3
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`` (2.05 on CEval to 3.2 on
   HumanEval and GSM8K: AQ-MedAI/Kimi-K26-eagle3 and lightseekorg/kimi-k2.7-coder-eagle3.1-mla
@@ -98,7 +98,11 @@ class Speculation:
                     "--speculative-num-steps (SGLang asserts it)"
                 )
             steps, topk, drafts = DEFAULT_PARAMS
-        topk = 1 if topk is None else topk
+        if topk is None:  # SGLang 0.5.9 compares None > 1 there and dies with a TypeError
+            raise SpeculativeError(
+                "--speculative-num-steps needs --speculative-eagle-topk (SGLang 0.5.9 fails "
+                "at start-up without it)"
+            )
         if topk != 1:
             raise SpeculativeError(
                 f"--speculative-eagle-topk {topk}: the mock models top-k 1 draft chains only"
@@ -197,6 +201,7 @@ class SpecCounters:
     accept_length: float = 0.0  # sglang:spec_accept_length, as last logged
     accept_rate: float = 0.0  # sglang:spec_accept_rate
     decode_steps: int = 0
+    logged: bool = False  # a decode log has set the gauges (SGLang exports no sample before)
 
     def verified(self, accepted: int, batch: int, draft_tokens: int, log_every: int) -> None:
         """One verify of ``batch`` requests that accepted ``accepted`` drafts in all; every
@@ -206,12 +211,20 @@ class SpecCounters:
         self.decode_steps += 1
         if self.decode_steps % log_every:
             return
+        self.logged = True
         self.accept_length = self.window_tokens / self.window_forwards
         # SGLang divides tokens (accepted drafts plus the target's own) by drafted positions
         self.accept_rate = self.window_tokens / (self.window_forwards * draft_tokens)
         self.total_tokens += self.window_tokens
         self.total_forwards += self.window_forwards
         self.window_tokens = self.window_forwards = 0
+
+    def decoded(self, log_every: int) -> None:
+        """A decode step of a server that does not speculate: its decode logs set both
+        gauges to 0 (``log_decode_stats``)."""
+        self.decode_steps += 1
+        if self.decode_steps % log_every == 0:
+            self.logged = True
 
     def average(self) -> float | None:
         """``avg_spec_accept_length``: absent until a decode log has counted a forward."""

@@ -108,14 +108,6 @@ async def metrics(request: web.Request) -> web.Response:
                  sched, engine.running),
         *_family("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
                  sched, engine.queued),
-        # declared by every SGLang 0.5.9 scheduler; set at each decode log (0 without
-        # speculative decoding)
-        *_family("sglang:spec_accept_length", "gauge",
-                 "The average acceptance length of speculative decoding.", sched,
-                 spec.accept_length),
-        *_family("sglang:spec_accept_rate", "gauge",
-                 "The average acceptance rate of speculative decoding (`accepted tokens / total "
-                 "draft tokens` in batch).", sched, spec.accept_rate),
         *_family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
                  tok, done.prompt_tokens),
         *_family("sglang:generation_tokens_total", "counter",
@@ -125,6 +117,15 @@ async def metrics(request: web.Request) -> web.Response:
         *_family("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.",
                  tok, done.aborted),
     ]  # fmt: skip
+    if spec.logged:  # SGLang's scheduler sets these at each decode log; no sample before one
+        lines += [
+            *_family("sglang:spec_accept_length", "gauge",
+                     "The average acceptance length of speculative decoding.", sched,
+                     spec.accept_length),
+            *_family("sglang:spec_accept_rate", "gauge",
+                     "The average acceptance rate of speculative decoding (`accepted tokens / "
+                     "total draft tokens` in batch).", sched, spec.accept_rate),
+        ]  # fmt: skip
     side = request.app.get(SIDE_KEY)
     if isinstance(side, PrefillSide | DecodeSide):
         lines += _disaggregation(side, engine.cluster_now(), sched)

@@ -54,6 +54,7 @@ def simulate(
     reaction_s: float = 0.0,
     spec: Speculation | None = None,
     prompts: Sequence[str] = (),
+    max_running: int | None = None,
 ) -> TwinRun:
     """Round-robin over ``replicas``, ``concurrency`` clients each sending back to back.
 
@@ -68,7 +69,7 @@ def simulate(
         ReplicaSim(
             CostModel(profile, tp=tp, pp=pp, ep=ep, gpus_per_node=gpus_per_node),
             chunk_size=chunk_size,
-            max_running=profile.max_running_requests,
+            max_running=max_running or profile.max_running_requests,  # as the live server's
             seed=seed + i,
             jitter=profile.jitter,
             spec=spec,

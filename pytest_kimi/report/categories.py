@@ -18,7 +18,8 @@ HEADER = ("category", "layout", "requests", "TTFT p95", "TPOT mean", "TPOT p95",
 CAPTION = (
     "Per SPEED-Bench category: each layout's requests of that category alone. Accept length: "
     "completion tokens per verify step (speculative decoding), from each response's meta_info; "
-    "'-' where the layout did not speculate."
+    "'-' where the layout did not speculate or its responses carried no counts (the OpenAI "
+    "APIs)."
 )
 
 

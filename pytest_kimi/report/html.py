@@ -120,7 +120,8 @@ sec.title else 2 }}><p>{{ category_caption }}</p>
 </p><table class="text"><thead><tr><th>part</th><th>mean</th><th>share of TTFT</th></tr>
 </thead><tbody>{% for part, ms, share in t.rows %}<tr><td>{{ part }}</td>
 <td style="text-align:right">{{ ms }}</td><td style="text-align:right">{{ share }}</td></tr>
-{% endfor %}</tbody></table><p>{{ t.kv }}</p>{% endfor %}{% endif %}{% endfor %}
+{% endfor %}</tbody></table>{% if t.against %}<p>Against the unified layouts of its sides'
+shapes: {{ t.against }}.</p>{% endif %}<p>{{ t.kv }}</p>{% endfor %}{% endif %}{% endfor %}
 {% if pareto %}<h2>Pareto view: throughput per GPU against latency</h2>
 <figure id="{{ pareto.id }}">{{ pareto.svg }}<figcaption>{{ pareto.caption }}</figcaption>
 </figure>{% endif %}

@@ -16,6 +16,7 @@ none does. Pure functions over metrics text and plain data; :mod:`pytest_kimi.me
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,14 +88,20 @@ class StageTimes:
 
     def transfer_tail(self) -> float | None:
         """Seconds from the last chunk's forward to the KV landing on the decode side. The
-        decode side's ``decode_transferred`` runs from its bootstrap (when the prefill's
-        bootstrap ends too) to the landing, so it holds the prefill's queue and forward and
-        then this; the prefill's own ``prefill_transfer_kv_cache`` ends when its side is done
-        sending, and is the fallback."""
+        router sends both sides the request at once; the decode side's stages up to the
+        landing (``decode_prepare``, ``decode_bootstrap``, ``decode_transferred``) span the
+        prefill side's up to its last forward and then this. (The prefill notices the decode's
+        slot at its next poll, so taking the decode's bootstrap as the prefill's would count
+        that wait twice.) Without the decode side's stages, the prefill's own
+        ``prefill_transfer_kv_cache`` (done sending); without the prefill's, none."""
         s = self.seconds
+        prefill = ("prefill_prepare", "prefill_bootstrap", "prefill_waiting", "prefill_forward")
+        if "prefill_forward" not in s:
+            return None
         if "decode_transferred" in s:
-            return max(0.0, s["decode_transferred"] - s.get("prefill_waiting", 0.0)
-                       - s.get("prefill_forward", 0.0))  # fmt: skip
+            landed = sum(s.get(k, 0.0) for k in ("decode_prepare", "decode_bootstrap",
+                                                  "decode_transferred"))  # fmt: skip
+            return max(0.0, landed - sum(s.get(k, 0.0) for k in prefill))
         return s.get("prefill_transfer_kv_cache")
 
     def ttft_split(self, ttft_mean_ms: float | None) -> list[tuple[str, float]]:
@@ -147,6 +154,8 @@ def stage_times(
         old = before.get(name)
         if new is None or old is None:
             continue
+        if any(count < old.get(stage, (0.0, 0.0))[1] for stage, (_, count) in new.items()):
+            continue  # a count went back: the server restarted, its figures mean nothing here
         for stage, (total, count) in new.items():
             was_total, was_count = old.get(stage, (0.0, 0.0))
             sums[stage] = sums.get(stage, 0.0) + total - was_total
@@ -196,8 +205,31 @@ def ttft_tables(section: Mapping[str, Any]) -> list[dict[str, Any]]:
                 for part, ms in times.ttft_split(ttft)]  # fmt: skip
         if ttft is not None:
             rows.append(["TTFT (mean)", _ms(ttft), "100%"])
-        out.append({"name": lay["name"], "rows": rows, "kv": _kv_text(times)})
+        out.append({"name": lay["name"], "rows": rows, "kv": _kv_text(times),
+                    "against": against_sides(section, lay)})  # fmt: skip
     return out
+
+
+def against_sides(section: Mapping[str, Any], pd: Mapping[str, Any]) -> str:
+    """The seed's question of a PD layout, where the run has the unified layouts of its sides'
+    shapes: is its TTFT p95 near the prefill shape's, its TPOT near the decode shape's, and by
+    how much. "" where the run has neither."""
+    match = re.search(r"prefill (\S+) x\d+ \+ decode (\S+) x\d+", pd.get("label") or "")
+    if match is None or not pd.get("summary"):
+        return ""
+    parts = []
+    questions = ((match[1], "p95_ttft_ms", "TTFT p95", "prefill"),
+                 (match[2], "mean_tpot_ms", "TPOT mean", "decode"))  # fmt: skip
+    for shape, key, figure, side in questions:
+        same = [lay for lay in section["layouts"]
+                if lay.get("label") == shape and lay.get("summary")]  # fmt: skip
+        mine = pd["summary"].get(key)
+        if not same or mine is None or not same[0]["summary"].get(key):
+            continue
+        theirs = same[0]["summary"][key]
+        parts.append(f"{figure} {_ms(mine)} against {same[0]['name']}'s {_ms(theirs)} "
+                     f"({mine / theirs - 1:+.1%}; {shape}, the {side} side's shape)")  # fmt: skip
+    return "; ".join(parts)
 
 
 def _ms(ms: float) -> str:
@@ -224,5 +256,7 @@ def ttft_lines(section: Mapping[str, Any], heading: str) -> list[str]:
         lines += ["", f"**{table['name']}**", "", "| part | mean | share of TTFT |",
                   "|---|---:|---:|"]  # fmt: skip
         lines += [f"| {part} | {ms} | {share} |" for part, ms, share in table["rows"]]
+        if table["against"]:
+            lines += ["", f"Against the unified layouts of its sides' shapes: {table['against']}."]
         lines += ["", table["kv"]]
     return lines

@@ -80,3 +80,27 @@ def test_the_worker_ranks_path_never_imports_aiohttp(module):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)  # fmt: skip
     assert done.stdout.strip() == "False"
+
+
+def test_http_1_0_oversized_headers_and_chunked_bodies_end_the_connection():
+    async def exchange(port: int, request: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)  # until the server hangs up
+        writer.close()
+        return data
+
+    async def check(url: str, port: int) -> None:
+        old = await exchange(port, b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        assert old.startswith(b"HTTP/1.1 200 OK") and b"connection: close" in old
+        big = b"GET /health HTTP/1.1\r\nConnection: close\r\nX-Pad: " + b"a" * 60000 + b"\r\n\r\n"
+        assert (await exchange(port, big)).startswith(b"HTTP/1.1 200")  # under the limit
+        huge = b"GET /health HTTP/1.1\r\n" + (b"X-Pad: " + b"a" * 60000 + b"\r\n") * 2 + b"\r\n"
+        assert (await exchange(port, huge)).startswith(b"HTTP/1.1 431")
+        chunked = (b"POST /health HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"5\r\nhello\r\n0\r\n\r\n")  # fmt: skip
+        answer = await exchange(port, chunked)
+        assert answer.startswith(b"HTTP/1.1 405") and answer.count(b"HTTP/1.1") == 1
+
+    asyncio.run(_with_server(check))

@@ -102,8 +102,7 @@ def test_metrics_use_sglang_names(mock_server):
     assert "sglang:num_queue_reqs{" in text
     assert 'sglang:generation_tokens_total{model_name="' in text
     after = server_totals(text)
-    # declared by every SGLang scheduler, 0 without speculative decoding
-    assert after.pop("sglang:spec_accept_length") == 0.0
+    assert "sglang:spec_accept_length" not in after  # no decode log yet (40 decode steps)
     grown = {k: after[k] - before.get(k, 0.0) for k in after}
     assert grown == {  # counted when each request finished, as SGLang's tokenizer manager does
         "sglang:num_requests_total": 3,

@@ -131,3 +131,27 @@ def test_sglangs_refusals_are_the_mocks(spawn):
     )  # fmt: skip
     assert done.returncode == 2
     assert "Pipeline parallelism is not compatible" in done.stderr
+
+
+def test_a_step_that_ends_the_thinking_is_split_as_sglangs_parser_splits_it(spawn, tiers):
+    """A reasoning model that speculates: one step can hold the last thinking tokens and the
+    first answer tokens; SGLang streams its reasoning part, then its content part."""
+    from pytest_kimi.testing.processes import mock_argv
+
+    port = free_port()
+    proc = spawn(mock_argv(port, "--tp-size", "8", "--mock-time-scale", "2000",
+                           "--mock-reasoning-tokens", "7", "--speculative-algorithm", "EAGLE3",
+                           "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"),
+                 "thinking")  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(url + "/health")
+    body = {"model": "m", "messages": [{"role": "user", "content": tiers["low_entropy"]}],
+            "max_tokens": 40, "stream": True}  # fmt: skip
+    deltas = [c["choices"][0]["delta"] for c in _stream(url, "/v1/chat/completions", body)[:-1]
+              if c["choices"]]  # fmt: skip
+    thought = "".join(d.get("reasoning_content") or "" for d in deltas)
+    answer = "".join(d.get("content") or "" for d in deltas)
+    assert (len(thought.split()), len(answer.split())) == (7, 33)
+    kinds = ["reasoning" if d.get("reasoning_content") else "answer" for d in deltas
+             if d.get("reasoning_content") or d.get("content")]  # fmt: skip
+    assert kinds == sorted(kinds, key=lambda k: k == "answer")  # all thinking, then all answer

@@ -123,3 +123,32 @@ def test_the_transfer_runs_until_the_kv_landed_on_the_decode_side():
     split = dict(times.ttft_split(3700.0))
     assert split["KV transfer left after the last chunk, until it landed"] == 500.0
     assert split["the rest: router, HTTP, client"] == 3700.0 - (2000 + 1000 + 500 + 100)
+
+
+def test_a_pd_layout_is_measured_against_its_sides_shapes():
+    """The seed's proposal: TTFT p95 near PP8's (the prefill side's shape), TPOT near TP32's
+    (the decode side's); the report says by how much."""
+    from pytest_kimi.report.pdstages import against_sides
+
+    def lay(name: str, label: str, ttft_p95: float, tpot: float) -> dict:
+        return {"name": name, "label": label,
+                "summary": {"p95_ttft_ms": ttft_p95, "mean_tpot_ms": tpot}}  # fmt: skip
+
+    pd = lay("pd", "prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1", 11500.0, 48.0)
+    section = {"layouts": [lay("tp32", "TP32/PP1/EP4", 19630.0, 72.0),
+                           lay("pp8", "TP4/PP8/EP4", 10000.0, 130.0), pd]}  # fmt: skip
+    text = against_sides(section, pd)
+    assert text == ("TTFT p95 11.50 s against pp8's 10.00 s (+15.0%; TP4/PP8/EP4, the prefill "
+                    "side's shape); TPOT mean 48.0 ms against tp32's 72.0 ms (-33.3%; "
+                    "TP32/PP1/EP4, the decode side's shape)")  # fmt: skip
+    assert against_sides({"layouts": [pd]}, pd) == ""  # neither shape in the run
+
+
+def test_a_restarted_server_and_missing_prefill_figures_give_no_false_split():
+    before = {"prefill0": {"prefill_forward": (9.0, 9)}, "decode0": {"decode_waiting": (1.0, 9)}}
+    after = {"prefill0": {"prefill_forward": (2.0, 2)},  # restarted: its counts went back
+             "decode0": {"decode_waiting": (1.5, 14), "decode_transferred": (20.0, 5)}}  # fmt: skip
+    times = stage_times(before, after, {})
+    assert times is not None and "prefill_forward" not in times.seconds
+    assert times.seconds["decode_waiting"] == 0.1
+    assert times.transfer_tail() is None  # no prefill side to subtract: no tail claimed

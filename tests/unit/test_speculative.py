@@ -57,6 +57,8 @@ def test_flags_resolve_as_sglangs_server_args():
           "--speculative-num-steps", "3"], "top-k 1"),
         (["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"],
          "need --speculative-num-steps"),
+        (["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"],
+         "needs --speculative-eagle-topk"),
     ],
 )
 def test_refusals_name_the_flag(flags, says):
@@ -178,3 +180,22 @@ def test_the_twin_shows_tp32_eagle_faster_than_tp32():
     assert mission.deployment(cluster, "tp32-eagle").spec == Speculation("EAGLE3", 3, 1, 4)
     assert runs["tp32-eagle"].tpot_ms.mean < 0.85 * runs["tp32"].tpot_ms.mean
     assert runs["tp32-eagle"].duration_s < runs["tp32"].duration_s
+
+
+def test_the_gauges_appear_at_the_first_decode_log_as_sglangs_do():
+    """SGLang sets sglang:spec_accept_length at each decode log (every 40 decode steps): no
+    sample before the first, 0 on a server that does not speculate; a finishing request's
+    drafts beyond its max_new_tokens are not counted there."""
+    plain = SpecCounters()
+    for _ in range(39):
+        plain.decoded(40)
+    assert not plain.logged
+    plain.decoded(40)
+    assert plain.logged and plain.accept_length == 0.0
+    spec = Speculation("EAGLE3", 3, 1, 4)
+    sim = ReplicaSim(CostModel(Profile(), tp=32, pp=1, ep=4, gpus_per_node=8),
+                     chunk_size=8192, max_running=48, spec=spec, decode_log_interval=5)  # fmt: skip
+    sim.add("r", 100, 6, 0.0, Drafts(1.0, 1))  # every draft accepted: 1 + 4 tokens, then 1
+    sim.advance(1e9)
+    assert sim.requests["r"].drafts.verify_ct == 2 and sim.requests["r"].generated == 6
+    assert sim.spec_counters.window_tokens == (3 + 1) + (0 + 1)  # kept drafts + the own token
