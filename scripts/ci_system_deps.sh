@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# System packages for the SSH test hosts (tests/ssh): OpenSSH server + client, iproute2, iptables.
+# System packages for the SSH test hosts (tests/ssh): OpenSSH server + client, iproute2, iptables;
+# Slurm (slurmctld, slurmd, clients) and munge for the Slurm cluster built on those hosts.
 # Idempotent: installs only what is missing, and nothing at all when everything is present.
 # Debian/Ubuntu (apt). Needs root, or sudo without a password. Called from .ci/run.
-# The package's service is NOT started: the tests run their own sshd per network namespace,
+# No package's service is started (policy-rc.d): the tests run their own sshd per network namespace
+# (and their own munged, slurmctld and slurmd on those hosts),
 # and a system sshd would listen on 0.0.0.0:22 of the machine.
 set -euo pipefail
 
-packages=(openssh-server openssh-client iproute2 iptables)
+packages=(openssh-server openssh-client iproute2 iptables slurm-wlm slurm-client munge)
 
 missing=()
 for pkg in "${packages[@]}"; do
