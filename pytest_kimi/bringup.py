@@ -10,6 +10,7 @@ and write the layout's summary, so a failed bring-up still leaves a result that 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -101,14 +102,16 @@ def deployment(
             coming_up.enter_context(interrupts.raised())
             locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say,
                                              lock_left.extend))  # fmt: skip
+            plan = dep.plan = allocate(inputs, executor, plan, result, say)  # executor: slurm
+            on_manifest(plan, None)
             # after the lock: a live run holds it, so what is found now was left by a dead one
             earlier_runs(inputs, executor, plan, say)
             addrs = node_addresses(inputs, executor, say, layout)
             if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
                 scope = f"{folder.name}/{layout.name}"
-                plan = dep.plan = plan_deployment(
+                plan = dep.plan = dataclasses.replace(plan_deployment(
                     inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs
-                )
+                ), allocation=plan.allocation)  # fmt: skip
                 on_manifest(plan, None)
             reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
             on_reach(reach)
@@ -255,6 +258,51 @@ def check_router_version(inputs: Inputs, executor: Executor, plan: DeploymentPla
         )
 
 
+def allocate(
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, result: LayoutResult, say: Say
+) -> DeploymentPlan:
+    """executor: slurm: jobs an earlier run left in the queue fail bring-up, named (with
+    ``--kimi-reap`` they are cancelled); then the layout's allocation, its wait in the queue
+    said apart from bring-up. The plan, with the allocation. Other executors: the plan."""
+    if inputs.cluster.executor != "slurm":
+        return plan
+    from pytest_kimi.deploy.deployment import BringUpError
+    from pytest_kimi.deploy.slurm import SlurmError, cancel, earlier_jobs
+
+    name = plan.layout.name
+    nodes = inputs.cluster.deployment_nodes(plan.layout)
+    this_run = executor.job_name.split("/")[1]  # type: ignore[attr-defined]
+    earlier = earlier_jobs(inputs.cluster, [n.name for n in nodes], this_run)
+    dead = [j for j in earlier if j.dead]
+    if dead and inputs.options.reap:
+        cancel([j.job for j in dead])
+        say(f"[kimi {name}] cancelled Slurm jobs a run that died left: "
+            f"{'; '.join(j.line for j in dead)}")  # fmt: skip
+    elif dead:
+        raise BringUpError(
+            "Slurm jobs a run of yours that died left are still in the queue, on this "
+            f"layout's nodes: {'; '.join(j.line for j in dead)} (id name state nodes); cancel "
+            "them (scancel ID) or rerun with --kimi-reap"
+        )
+    for job in (j for j in earlier if not j.dead):  # a live run's: the queue waits for it
+        say(f"[kimi {name}] a Slurm job of another run of yours holds some of these nodes "
+            f"(the allocation waits for it): {job.line}")  # fmt: skip
+    say(f"[kimi {name}] asking Slurm for {len(nodes)} nodes (waiting at most "
+        f"{inputs.cluster.slurm.queue_timeout_s:g} s in the queue)")  # fmt: skip
+    try:
+        granted = executor.allocate(nodes)  # type: ignore[attr-defined]
+    except SlurmError as exc:
+        raise BringUpError(str(exc)) from None
+    note = (f"slurm: job {granted.job} on {', '.join(granted.nodes)}; {granted.queue_wait_s:.1f} "
+            "s in the queue before the nodes were ours (not part of bring-up time)")  # fmt: skip
+    result.notes.append(note)
+    say(f"[kimi {name}] {note}")
+    allocation = {"job": granted.job, "nodes": list(granted.nodes),
+                  "queue_wait_s": round(granted.queue_wait_s, 3),
+                  "job_name": executor.job_name}  # type: ignore[attr-defined]  # fmt: skip
+    return dataclasses.replace(plan, allocation=allocation)
+
+
 def earlier_runs(inputs: Inputs, executor: Executor, plan: DeploymentPlan, say: Say) -> None:
     """SSH: processes earlier runs left on the plan's nodes fail bring-up, listed; with
     ``--kimi-reap`` they are stopped (:mod:`pytest_kimi.deploy.leftovers`). Local clusters
@@ -305,8 +353,11 @@ def node_log_events(layout: str, progress: Progress) -> Callable[[ProcessSpec, s
 
 def _executor(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     from pytest_kimi.deploy.executor import LocalExecutor
+    from pytest_kimi.deploy.slurm import SlurmExecutor
     from pytest_kimi.deploy.ssh import SSHExecutor
 
+    if inputs.cluster.executor == "slurm":
+        return SlurmExecutor(inputs.cluster, f"{folder.name}/{layout.name}")
     if inputs.cluster.executor == "ssh":
         return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}",
                            max_s=inputs.cluster.deployment_max_s)  # fmt: skip
@@ -317,12 +368,14 @@ def _sampler(
     inputs: Inputs, executor: Executor, plan: DeploymentPlan, folder: RunFolder, layout: Layout
 ) -> Sampler | None:
     """The GPU sampler of every node the plan uses (None when the cluster file turns it off)."""
+    from pytest_kimi.config.cluster import SUBMIT_HOST
     from pytest_kimi.deploy.gpus import query_gpus, smi_command
 
     config = inputs.cluster.telemetry
     if not config.enabled:
         return None
-    nodes = list({spec.node.name: spec.node for spec in plan.processes}.values())
+    nodes = list({spec.node.name: spec.node for spec in plan.processes
+                  if spec.node.name != SUBMIT_HOST}.values())  # GPU nodes, not a submit host
     scope = f"{folder.name}/{layout.name}"
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),

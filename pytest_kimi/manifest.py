@@ -124,6 +124,8 @@ def manifest(
             for p in plan.processes
         ]
         out["router_url"] = plan.endpoint
+        if plan.allocation is not None:  # executor: slurm
+            out["slurm"] = dict(plan.allocation)
     if nodes is not None:
         out["nodes"] = nodes
     return out

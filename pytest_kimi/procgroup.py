@@ -99,6 +99,19 @@ class Lifeline:
             self.wrap(argv, setup), log, env=env, cwd=cwd, append=append, stdin=self._read
         )
 
+    def start_reaper(
+        self, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A process (its own session, output discarded) whose stdin is the lifeline: ``argv``
+        reads it to end-of-file, i.e. until this process dies or closes the lifeline, and
+        then acts (``sh -c 'cat >/dev/null; exec scancel JOB'``): for what a process group
+        cannot take down, such as a Slurm job on other machines."""
+        if self.closed:
+            raise RuntimeError("lifeline closed: its groups are being killed")
+        return subprocess.Popen(list(argv), stdin=self._read, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                env=None if env is None else dict(env))  # fmt: skip
+
     def close(self) -> None:
         """Cut the lifeline: every group started with it that is still alive is killed."""
         for fd in (self._write, self._read):

@@ -36,15 +36,28 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
         raise src.error("router.node", f"{raw.router.node!r} is not one of the nodes")
     _check_client(src, raw, names)
     ports = _ports(raw)
-    if raw.executor == "ssh":
+    if raw.executor in ("ssh", "slurm"):
+        article = "an" if raw.executor == "ssh" else "a"
+        fixed = f"{article} {raw.executor} cluster needs fixed ports, not 'auto'"
         for field in FIXED_PORTS:
             if ports[field] is None:
-                raise src.error(field, "an ssh cluster needs fixed ports, not 'auto'")
+                raise src.error(field, fixed)
         for name, layout in raw.layouts.items():
             if layout.prefill is not None and layout.prefill.bootstrap_port == "auto":
-                raise src.error(f"layouts.{name}.prefill.bootstrap_port",
-                                "an ssh cluster needs fixed ports, not 'auto'")  # fmt: skip
+                raise src.error(f"layouts.{name}.prefill.bootstrap_port", fixed)
     _check_distinct_ports(src, raw, ports)
+    _check_slurm(src, raw)
+
+
+def _check_slurm(src: Located, raw: ClusterFile) -> None:
+    """``slurm:`` belongs to ``executor: slurm``; what a Slurm cluster cannot do here."""
+    if raw.executor != "slurm":
+        if raw.slurm is not None:
+            raise src.error("slurm", "only used with executor: slurm")
+        return
+    if raw.network.client != "direct":
+        raise src.error("network.client", "executor: slurm runs the benchmark client here "
+                        "(the submit host), not on a node or through SSH forwards")  # fmt: skip
 
 
 def _check_client(src: Located, raw: ClusterFile, names: set[str]) -> None:
@@ -97,7 +110,8 @@ def check_processes(src: Located, raw: ClusterFile) -> None:
 
 def _check_container(src: Located, raw: ClusterFile, field: str, box: Any) -> None:
     if raw.executor != "ssh":
-        raise src.error(field, "containers need executor: ssh (the local executor runs no runtime)")
+        raise src.error(field, f"containers need executor: ssh (executor: {raw.executor} "
+                        "runs no container runtime)")  # fmt: skip
     if box.mode == "exec":
         if box.name is None:
             raise src.error(field, "mode exec needs 'name': the running container to exec into")

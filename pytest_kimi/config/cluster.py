@@ -206,6 +206,29 @@ class MockConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """``executor: slurm``: the allocation's flags and where the router runs."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str = "04:00:00"
+    gres: str | None = None
+    gpus_per_node: int | None = None
+    constraint: str | None = None
+    reservation: str | None = None
+    exclusive: bool = True
+    job_name: str = "pytest-kimi"
+    salloc_args: tuple[str, ...] = ()
+    srun_args: tuple[str, ...] = ()
+    router: str = "node"  # or "submit_host"
+    queue_timeout_s: float = 900.0  # load: slurm.queue_timeout_s, else startup_timeout_s
+
+
+SUBMIT_HOST = "submit-host"
+"""The router's node name when ``slurm.router: submit_host`` (it runs here, not in the job)."""
+
+
+@dataclass(frozen=True)
 class TelemetryConfig:
     """GPU telemetry during the measured run (``pytest_kimi.telemetry``)."""
 
@@ -298,6 +321,7 @@ class ClusterConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     startup_stall_s: float = 600.0  # a starting process's log silent this long: stalled
     startup_report_s: float = 60.0  # between bring-up reports (state, last log line)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     logs: LogsConfig = field(default_factory=LogsConfig)
     deployment_max_s: float = 43200.0  # SSH: the longest a node process may live (`timeout`)
     history: Path | None = None  # history: resolved against the cluster file's folder
@@ -392,7 +416,15 @@ class ClusterConfig:
     def server_env(self, layout: Layout, side: PDSide | None = None) -> dict[str, str]:
         return {**self.server.env, **dict(layout.env), **dict(side.env if side else ())}
 
+    @property
+    def remote(self) -> bool:
+        """The nodes are other machines (ssh, slurm): fixed ports, data-network addresses,
+        GPU state and logs on the nodes; not this machine's processes (local)."""
+        return self.executor in ("ssh", "slurm")
+
     def router_node(self, layout: Layout | None = None) -> Node:
+        if self.executor == "slurm" and self.slurm.router == "submit_host":
+            return Node(SUBMIT_HOST, "127.0.0.1", 0, addr="127.0.0.1")
         own = layout.router_node if layout is not None else None
         return self.node(own or self.router.node)
 

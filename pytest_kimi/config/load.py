@@ -31,6 +31,7 @@ from pytest_kimi.config.cluster import (
     PreflightConfig,
     RouterConfig,
     ServerConfig,
+    SlurmConfig,
     SSHConfig,
     TelemetryConfig,
     WatchdogConfig,
@@ -119,7 +120,20 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         startup_stall_s=raw.startup_stall_s,
         startup_report_s=raw.startup_report_s,
         logs=LogsConfig(raw.logs.max_mib, raw.logs.keep_runs, tail_report_s=raw.logs.tail_report_s),
+        slurm=_slurm(raw.slurm, raw.startup_timeout_s),
     )
+
+
+def _slurm(raw: models.Slurm | None, startup_timeout_s: float) -> SlurmConfig:
+    if raw is None:
+        return SlurmConfig(queue_timeout_s=startup_timeout_s)
+    return SlurmConfig(
+        partition=raw.partition, account=raw.account, time=raw.time, gres=raw.gres,
+        gpus_per_node=raw.gpus_per_node, constraint=raw.constraint, reservation=raw.reservation,
+        exclusive=raw.exclusive, job_name=raw.job_name, salloc_args=tuple(raw.salloc_args),
+        srun_args=tuple(raw.srun_args), router=raw.router,
+        queue_timeout_s=raw.queue_timeout_s or startup_timeout_s,
+    )  # fmt: skip
 
 
 def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
@@ -133,7 +147,7 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
 
 def _layout(src: Located, name: str, layout: models.LayoutModel, executor: str) -> Layout:
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
-    bootstrap_default = SGLANG_BOOTSTRAP_PORT if executor == "ssh" else "auto"
+    bootstrap_default = SGLANG_BOOTSTRAP_PORT if executor in ("ssh", "slurm") else "auto"
     sides = tuple(
         PDSide(role, side.tp, side.pp, side.ep, side.replicas, side.nodes_per_replica,
                args=tuple(side.args.items()), env=tuple(side.env.items()), policy=side.policy,

@@ -123,6 +123,36 @@ class SSH(_Model):
     )
 
 
+class Slurm(_Model):
+    """executor: slurm: one allocation per layout (salloc), each node's server a step in it
+    (srun). Flags the cluster needs that are not fields here go in salloc_args / srun_args."""
+
+    partition: Text | None = Field(None, description="--partition of the allocation.")
+    account: Text | None = Field(None, description="--account to charge.")
+    time: Text = Field("04:00:00", description="--time: the allocation's limit (it ends it).")
+    gres: Text | None = Field(None, description="--gres per node, e.g. gpu:8.")
+    gpus_per_node: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="--gpus-per-node (instead of gres on clusters that count GPUs so)."
+    )
+    constraint: Text | None = Field(None, description="--constraint (node features).")
+    reservation: Text | None = Field(None, description="--reservation to run in.")
+    exclusive: bool = Field(True, description="--exclusive: whole nodes, nobody else's jobs.")
+    job_name: Text = Field("pytest-kimi", description="Job name prefix (the layout is added).")
+    salloc_args: Argv = Field(default_factory=list, description="More salloc flags, as argv.")
+    srun_args: Argv = Field(default_factory=list, description="More srun flags, as argv.")
+    router: one_of("node", "submit_host") = Field(
+        "node",
+        description="node: the router runs as a step on router.node (a node of the layout); "
+        "submit_host: here, on the machine running pytest, outside the allocation.",
+    )
+    queue_timeout_s: Seconds | None = Field(
+        None,
+        description="Seconds the allocation may wait in the queue (salloc --immediate) before "
+        "the layout fails (default: startup_timeout_s); the wait is reported apart from "
+        "bring-up time, which startup_timeout_s bounds once the nodes are ours.",
+    )
+
+
 class NodeModel(_Model):
     """One machine of the cluster (a local process group on the mock)."""
 
@@ -472,8 +502,10 @@ class ClusterFile(_Model):
     model_config = ConfigDict(title="pytest-kimi cluster file")
 
     name: Text = Field(description="Cluster name, shown in reports.")
-    executor: one_of("local", "ssh") = Field(
-        "local", description="local: processes on this machine; ssh: on the nodes over SSH."
+    executor: one_of("local", "ssh", "slurm") = Field(
+        "local",
+        description="local: processes on this machine; ssh: on the nodes over SSH; slurm: "
+        "steps of a Slurm allocation (salloc, srun) on the nodes.",
     )
     work_dir: Text = Field(
         "/var/tmp/pytest-kimi",
@@ -481,6 +513,7 @@ class ClusterFile(_Model):
         "reboot; /tmp may not).",
     )
     ssh: SSH = Field(default_factory=SSH, description="SSH defaults for every node.")
+    slurm: Slurm | None = Field(None, description=Slurm.__doc__)
     nodes: Annotated[list[NodeModel], NodeList] = Field(
         description="The machines, in order.", json_schema_extra={"minItems": 1}
     )

@@ -154,12 +154,13 @@ MOCK_SMI_MODULE = "pytest_kimi.mock.nvidia_smi"
 def mock_gpu_dir(cluster: ClusterConfig, node: Node, scope: str | None) -> str | None:
     """Where the mock servers of ``node`` publish their GPUs and the stand-in reads them.
 
-    On SSH clusters one folder per node, kept across runs (``<work_dir>/mock-gpus/<node>``):
-    a leftover server or a foreign holder must be seen by the next pre-flight. On local
-    clusters every "node" is this machine, and layouts running at once under xdist reuse the
-    same node names, so the folder is under the run's scope; None without one (a dry run)."""
+    On SSH and Slurm clusters one folder per node, kept across runs
+    (``<work_dir>/mock-gpus/<node>``): a leftover server or a foreign holder must be seen by
+    the next pre-flight. On local clusters every "node" is this machine, and layouts running
+    at once under xdist reuse the same node names, so the folder is under the run's scope;
+    None without one (a dry run)."""
     root = f"{cluster.work_dir.rstrip('/')}/mock-gpus"
-    if cluster.executor == "ssh":
+    if cluster.remote:  # ssh, slurm: the nodes are machines of their own
         return f"{root}/{node.name}"
     return f"{root}/{scope}/{node.name}" if scope else None
 

@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from pytest_kimi.config.cluster import SUBMIT_HOST
+
 if TYPE_CHECKING:
     from pytest_kimi.config import ClusterConfig, Layout, Node
     from pytest_kimi.deploy.executor import Executor
@@ -121,12 +123,14 @@ def node_addresses(
     """``node name -> address`` for the nodes whose address had to be resolved on the node
     (``addr`` absent); every node's address checked not loopback. Raises one
     :class:`NetworkError` listing every problem. Local clusters: ``{}`` (loopback is right)."""
-    if cluster.executor != "ssh":
+    if not cluster.remote:
         return {}
     interface = cluster.network.interface
     problems: list[str] = []
     ask: list[Node] = []
     for node in cluster.deployment_nodes(layout):
+        if node.name == SUBMIT_HOST:  # slurm.router: submit_host: the router is here
+            continue
         if node.addr is not None and is_ip(node.addr):
             if is_loopback(node.addr):
                 problems.append(
@@ -299,7 +303,7 @@ def check_reachable(
     """Run the probes of an ssh cluster's plan; one :class:`NetworkError` lists every failed
     one. Returns how many were run (0: not an ssh cluster, or turned off)."""
     cluster = plan.cluster
-    if cluster.executor != "ssh" or not cluster.network.preflight:
+    if not cluster.remote or not cluster.network.preflight:
         return 0
     timeout_s = cluster.network.probe_timeout_s
     problems = unreachable(plan, executor, timeout_s, client_probe)

@@ -85,6 +85,8 @@ class DeploymentPlan:
     servers: tuple[ProcessSpec, ...]
     router: ProcessSpec
     mock_clock: str | None = None  # the shared cluster clock file of a local mock run
+    # executor: slurm, once granted: {"job": id, "nodes": [...], "queue_wait_s": s}
+    allocation: Mapping[str, object] | None = None
 
     @property
     def processes(self) -> tuple[ProcessSpec, ...]:
@@ -113,10 +115,42 @@ class DeploymentPlan:
         """Human-readable listing for ``--kimi-dry-run`` and the manifest: per process, the
         SSH target and the data-network address it binds (and peers use)."""
         lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
+        if self.cluster.executor == "slurm":
+            return "\n".join([*lines, *self._slurm_lines()])
         for proc in self.processes:
             lines.append(f"# {proc.name} on {proc.node.name} ({self._where(proc)})")
             lines.extend(proc.describe())
         return "\n".join(lines)
+
+    def _slurm_lines(self) -> list[str]:
+        """The allocation (salloc), then each process as its step (srun ... sh -c SCRIPT;
+        environment first, secret values redacted), as executor: slurm runs them; a router on
+        the submit host as a local command."""
+        from pytest_kimi.config.cluster import SUBMIT_HOST
+        from pytest_kimi.deploy.slurm import job_name, owned, salloc_argv, srun_argv, step_script
+
+        config = self.cluster.slurm
+        nodes = [n.name for n in self.cluster.deployment_nodes(self.layout)
+                 if n.name != SUBMIT_HOST]  # fmt: skip
+        job = "$JOB"  # the id salloc grants
+        salloc = owned(salloc_argv(config, job_name(config, f"<run>/{self.layout.name}"),
+                                   nodes), "pytest-kimi:<host>:<pid>:<start>")  # fmt: skip
+        lines = ["# the allocation (its job id is $JOB below)", shlex.join(salloc)]
+        for proc in self.processes:
+            where = "here, the submit host" if proc.node.name == SUBMIT_HOST else proc.node.name
+            lines.append(f"# {proc.name} on {where} (addr {proc.bind_addr})")
+            if proc.node.name == SUBMIT_HOST:
+                lines += proc.describe()
+                continue
+            env = proc.command_line().removesuffix(shlex.join(proc.argv)).strip()
+            env = f"{env} PYTHONUNBUFFERED=1".strip()  # as the executor adds it
+            names = [*proc.launch_env, "PYTHONUNBUFFERED"]
+            srun = srun_argv(config, job, proc.node.name, proc.name,
+                             resources=proc.role == "server", export=names)  # fmt: skip
+            step = shlex.join([*srun, "--input=none", "sh", "-c", step_script(proc)])
+            # the job id comes from salloc: left for the shell to fill in
+            lines.append(f"{env} {step}".strip().replace("'--jobid=$JOB'", '--jobid="$JOB"'))
+        return lines
 
     def _where(self, proc: ProcessSpec) -> str:
         node = proc.node

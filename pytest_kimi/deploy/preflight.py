@@ -205,6 +205,16 @@ def whole_cluster(cluster: ClusterConfig) -> list[NodeGpus]:
     from pytest_kimi.deploy.ssh import SSHExecutor
 
     executor: Executor
+    if cluster.executor == "slurm":  # the nodes are reached inside an allocation of them all
+        from pytest_kimi.deploy.slurm import SlurmExecutor
+
+        slurm = SlurmExecutor(cluster, "preflight")
+        try:
+            slurm.allocate(cluster.nodes)
+            return check_nodes(cluster, cluster.nodes, slurm, "preflight")
+        finally:
+            slurm.cleanup([])
+            slurm.close()
     if cluster.executor == "ssh":
         executor = SSHExecutor(cluster.work_dir, "preflight")
     else:

@@ -1,7 +1,10 @@
-"""The ``ssh_hosts`` fixture: 8 SSH test hosts (node601..node608) in network namespaces.
+"""The ``ssh_hosts`` fixture: 8 SSH test hosts (node601..node608) in network namespaces; the
+``slurm`` fixture: a real Slurm on them, for one test module.
 
 Needs root, ``ip``, ``unshare`` and OpenSSH (``scripts/ci_system_deps.sh``). Where that is missing
-the fixture skips with the reason; set ``KIMI_SSH_HOSTS_REQUIRED=1`` (CI) to fail instead.
+the fixture skips with the reason; set ``KIMI_SSH_HOSTS_REQUIRED=1`` (CI) to fail instead. The
+``slurm`` fixture needs slurm-wlm and munge too; ``KIMI_SLURM_REQUIRED=1`` makes it fail rather
+than skip without them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from slurmhosts import SlurmCluster, SlurmUnavailable
+from slurmhosts import preflight as slurm_preflight
 from testhosts import TestCluster, TestHostsUnavailable
 
 N_HOSTS = 8
@@ -74,3 +79,19 @@ def ssh_hosts(
             yield cluster
         finally:
             cluster.close()
+
+
+@pytest.fixture(scope="module")
+def slurm(ssh_hosts: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Slurm on the session's 8 test hosts for this module; stopped and checked empty after."""
+    try:
+        slurm_preflight()
+    except SlurmUnavailable as exc:
+        if os.environ.get("KIMI_SLURM_REQUIRED", "") not in ("", "0"):
+            pytest.fail(f"Slurm unavailable: {exc} (KIMI_SLURM_REQUIRED is set)", pytrace=False)
+        pytest.skip(f"Slurm unavailable: {exc}")
+    cluster = SlurmCluster.create(ssh_hosts, tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -335,6 +335,11 @@ def _cmdline(pid: int) -> str:
 def _main(argv: list[str]) -> int:
     import tempfile
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started in the background
+        signal.signal(sig, interrupt)
     n = int(argv[1]) if len(argv) > 1 else 2
     hosts = TestCluster.create(n)
     run_dir = Path(tempfile.mkdtemp(prefix="kimi-slurm-"))

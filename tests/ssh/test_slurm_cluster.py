@@ -7,28 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 
-import pytest
-from slurmhosts import SlurmCluster, SlurmUnavailable
-from slurmhosts import preflight as slurm_preflight
+from slurmhosts import SlurmCluster
 from testhosts import TestCluster
-
-
-@pytest.fixture(scope="module")
-def slurm(ssh_hosts: TestCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Slurm on the session's 8 test hosts for this module; stopped and checked empty after."""
-    try:
-        slurm_preflight()
-    except SlurmUnavailable as exc:
-        if os.environ.get("KIMI_SLURM_REQUIRED", "") not in ("", "0"):
-            pytest.fail(f"Slurm unavailable: {exc} (KIMI_SLURM_REQUIRED is set)", pytrace=False)
-        pytest.skip(f"Slurm unavailable: {exc}")
-    cluster = SlurmCluster.create(ssh_hosts, tmp_path_factory.mktemp("slurm"))
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def _allocate(slurm: SlurmCluster, *flags: str) -> str:
