@@ -111,8 +111,8 @@ class StageTimes:
         parts = [(label, seconds[stage] * 1000.0) for stage, label in TTFT_STAGES
                  if seconds.get(stage) is not None]  # fmt: skip
         if ttft_mean_ms is not None and parts:
-            parts.append(("the rest: router, HTTP, client",
-                          ttft_mean_ms - sum(ms for _, ms in parts)))  # fmt: skip
+            rest = round(ttft_mean_ms - sum(ms for _, ms in parts), 3) + 0.0  # no "-0.0"
+            parts.append(("the rest: router, HTTP, client", rest))
         return parts
 
     def to_dict(self) -> dict[str, Any]:

@@ -152,3 +152,14 @@ def test_a_restarted_server_and_missing_prefill_figures_give_no_false_split():
     assert times is not None and "prefill_forward" not in times.seconds
     assert times.seconds["decode_waiting"] == 0.1
     assert times.transfer_tail() is None  # no prefill side to subtract: no tail claimed
+
+
+def test_a_rest_of_nothing_reads_as_zero_not_minus_zero():
+    """On the mock's one clock the router and HTTP take no cluster time: the sum of the
+    stages is TTFT up to float rounding, which must not print as -0.0 ms / -0%."""
+    times = StageTimes({"prefill_forward": 1.0, "decode_waiting": 0.1 + 0.2}, 1, 1)
+    section = {"layouts": [{"name": "pd", "pd_stages": times.to_dict(),
+                            "summary": {"mean_ttft_ms": 1299.9999999999998}}]}  # fmt: skip
+    (table,) = ttft_tables(section)
+    rest = next(row for row in table["rows"] if row[0].startswith("the rest"))
+    assert rest[1:] == ["0.0 ms", "0%"]
