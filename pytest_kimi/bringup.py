@@ -102,7 +102,7 @@ def deployment(
             coming_up.enter_context(interrupts.raised())
             locked.enter_context(_node_locks(inputs, plan, f"{folder.name}/{layout.name}", say,
                                              lock_left.extend))  # fmt: skip
-            plan = dep.plan = allocate(inputs, executor, plan, result, say)  # executor: slurm
+            plan = dep.plan = allocate(inputs, executor, plan, folder.name, result, say)
             on_manifest(plan, None)
             # after the lock: a live run holds it, so what is found now was left by a dead one
             earlier_runs(inputs, executor, plan, say)
@@ -259,8 +259,9 @@ def check_router_version(inputs: Inputs, executor: Executor, plan: DeploymentPla
 
 
 def allocate(
-    inputs: Inputs, executor: Executor, plan: DeploymentPlan, result: LayoutResult, say: Say
-) -> DeploymentPlan:
+    inputs: Inputs, executor: Executor, plan: DeploymentPlan, run: str, result: LayoutResult,
+    say: Say,
+) -> DeploymentPlan:  # fmt: skip
     """executor: slurm: jobs an earlier run left in the queue fail bring-up, named (with
     ``--kimi-reap`` they are cancelled); then the layout's allocation, its wait in the queue
     said apart from bring-up. The plan, with the allocation. Other executors: the plan."""
@@ -271,8 +272,7 @@ def allocate(
 
     name = plan.layout.name
     nodes = inputs.cluster.deployment_nodes(plan.layout)
-    this_run = executor.job_name.split("/")[1]  # type: ignore[attr-defined]
-    earlier = earlier_jobs(inputs.cluster, [n.name for n in nodes], this_run)
+    earlier = earlier_jobs(inputs.cluster, [n.name for n in nodes], run)
     dead = [j for j in earlier if j.dead]
     if dead and inputs.options.reap:
         cancel([j.job for j in dead])

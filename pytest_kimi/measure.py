@@ -119,7 +119,7 @@ def measure(
         if warmup:  # apart, so the counters' first read comes after it
             records = send([], warmup)
         _stop_on_failed_warmup(records)
-        counted_from = _snapshot(urls, router_metrics_url)
+        counted_from = _snapshot(urls, router_metrics_url, layout.disaggregated)
         events.measuring(len(measured), inputs.time_scale)
         shared_before = clock.stats() if clock is not None else None
         records += send(measured, [])
@@ -127,7 +127,7 @@ def measure(
         if urls:
             from pytest_kimi.report.replicacounters import deltas, server_accept_length
 
-            after = _snapshot(urls, router_metrics_url)
+            after = _snapshot(urls, router_metrics_url, layout.disaggregated)
             result.replica_counters = deltas(urls, counted_from, after)
             server_accept = server_accept_length(after)
             if layout.disaggregated:
@@ -272,8 +272,11 @@ def _metrics_text(url: str) -> str | None:
         return None
 
 
-def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapshot:
-    """Every replica's request/token counters and the router's per-worker attempts, now."""
+def _snapshot(
+    urls: Mapping[str, str], router_metrics_url: str | None, disaggregated: bool = False
+) -> Snapshot:
+    """Every replica's request/token counters and the router's per-worker attempts, now; a
+    disaggregated layout's per-stage latencies and KV gauges too (only there do they exist)."""
     from pytest_kimi.report.pdstages import kv_gauges, stage_totals
     from pytest_kimi.report.replicacounters import (
         Snapshot,
@@ -288,8 +291,9 @@ def _snapshot(urls: Mapping[str, str], router_metrics_url: str | None) -> Snapsh
         text = _metrics_text(url.rstrip("/") + "/metrics")
         try:
             servers[name] = None if text is None else server_totals(text)
-            stages[name] = None if text is None else stage_totals(text)
-            kv[name] = None if text is None else kv_gauges(text)
+            if disaggregated:
+                stages[name] = None if text is None else stage_totals(text)
+                kv[name] = None if text is None else kv_gauges(text)
         except ValueError:  # not Prometheus text
             servers[name] = stages[name] = kv[name] = None
     router_text = _metrics_text(router_metrics_url) if router_metrics_url and urls else None

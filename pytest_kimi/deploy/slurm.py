@@ -53,6 +53,13 @@ STEPS_FRESH_S = 1.0  # how long one squeue of our steps serves signals
 COMMAND_TIMEOUT_S = 120.0
 
 
+def slurm_command(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess:
+    """A Slurm client command here (squeue, scancel, scontrol, sacct); never raises on its
+    exit code."""
+    return subprocess.run(argv, capture_output=True, text=True, env=dict(env),
+                          timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
+
+
 class SlurmError(RuntimeError):
     """Slurm said no (an allocation not granted, a command that failed): the message says
     which command and what Slurm answered."""
@@ -221,9 +228,7 @@ class SlurmExecutor:
         return tuple(names.stdout.split()) if names.returncode == 0 else ()
 
     def _client(self, argv: list[str]) -> subprocess.CompletedProcess:
-        """A Slurm client command here (squeue, scancel, scontrol, sacct)."""
-        return subprocess.run(argv, capture_output=True, text=True, env=self._env(),
-                              timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
+        return slurm_command(argv, self._env())
 
     def _start_reaper(self) -> None:
         """A process that cancels our job once this one dies (its lifeline closes)."""
@@ -470,11 +475,10 @@ def earlier_jobs(
 ) -> list[EarlierJob]:  # fmt: skip
     """Our jobs (``squeue --me``, named ``<job_name>/...``, not of this run) that hold or ask
     for any of ``nodes``: a dead run's are in the way for good, a live run's until it ends."""
-    env = {**(os.environ if environ is None else environ)}
+    env = os.environ if environ is None else environ
 
     def client(argv: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
-                              timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+        return slurm_command(argv, env)
 
     done = client(["squeue", "--me", "--noheader", "--format=%i|%j|%T|%N|%n|%k"])
     prefix, ours = cluster.slurm.job_name + "/", f"{cluster.slurm.job_name}/{this_run}/"
@@ -497,6 +501,4 @@ def earlier_jobs(
 def cancel(jobs: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
     """``scancel`` these jobs (``--kimi-reap`` of what an earlier run left)."""
     if jobs:
-        subprocess.run(["scancel", *jobs], capture_output=True, check=False,
-                       env={**(os.environ if environ is None else environ)},
-                       timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+        slurm_command(["scancel", *jobs], os.environ if environ is None else environ)

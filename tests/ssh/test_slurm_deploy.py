@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from slurmhosts import SlurmCluster
+from test_ssh_deploy import _cluster_yaml as ssh_cluster_yaml
 from testhosts import TestCluster
 
 from pytest_kimi.testing.processes import pytest_argv, signal_when
@@ -27,44 +27,15 @@ PERF = ROOT / "tests" / "perf"
 
 
 def _cluster_yaml(hosts: TestCluster, path: Path, **changes) -> Path:
-    nodes = [{"name": h.name, "host": h.address, "gpus": 8} for h in hosts.hosts]
-    node_env = changes.pop("node_env", {})
-    for node in nodes:
-        if node["name"] in node_env:
-            node["env"] = node_env[node["name"]]
-    cluster = {
-        "name": "slurmhosts",
-        "executor": "slurm",
-        "work_dir": str(path.parent / "remote"),
-        "slurm": {"partition": "gpu", "time": "00:30:00", "gres": "gpu:8",
-                  "queue_timeout_s": 60, **changes.pop("slurm", {})},
-        "nodes": nodes,
-        "deployment": {"replicas": 2, "nodes_per_replica": 4},
-        "layouts": {"tp32": {"tp": 32, "pp": 1, "ep": 4}, "pp8": {"tp": 4, "pp": 8, "ep": 4}},
-        "server": {
-            "python": sys.executable,
-            "module": "pytest_kimi.mock.launch_server",
-            "model_path": "builtin:mock-tokenizer",
-            "port": 30001,
-            "dist_init_port": 5757,
-            "args": {"chunked-prefill-size": 8192, "disable-radix-cache": True,
-                     "enable-metrics": True},
-            "env": {"NCCL_DEBUG": "WARN", "HF_TOKEN": "hf_secret_value_123"},
-        },
-        "router": {
-            "python": sys.executable,
-            "node": "node601",
-            "port": 30000,
-            "prometheus_port": 29000,
-            "env": {"HF_ENDPOINT": "http://127.0.0.1:9"},
-        },
-        "workload": {"dataset": "builtin:speedbench16k", "num_requests": 8, "input_len": 16384,
-                     "output_len": 16, "concurrency": 4, "warmup_requests": 1},
-        "slo": {"ttft_p95": "120s", "tpot_p95": "2s", "tpot_mean": "2s"},
-        "startup_timeout_s": 60,
-        "mock": {"time_scale": 100, "seed": 1},
-        **changes,
-    }
+    """The SSH tests' mission file (test_ssh_deploy), run through Slurm instead: no ssh
+    block, a slurm one; ``changes`` replace top-level fields (``slurm`` adds to its block)."""
+    ssh_file = ssh_cluster_yaml(hosts, path, node_env=changes.pop("node_env", None))
+    cluster = yaml.safe_load(ssh_file.read_text())
+    del cluster["ssh"]
+    cluster.update(name="slurmhosts", executor="slurm",
+                   slurm={"partition": "gpu", "time": "00:30:00", "gres": "gpu:8",
+                          "queue_timeout_s": 60, **changes.pop("slurm", {})})  # fmt: skip
+    cluster.update(changes)
     path.write_text(yaml.safe_dump(cluster, sort_keys=False))
     return path
 
