@@ -464,11 +464,23 @@ def _teardown(
         result.notes.extend(
             quality_notes(findings, result.replica_counters, replicas, succeeded)
         )
+        if dep.killed:
+            result.notes.append(killed_note(dep.killed, dep.grace_s))
         if leftovers:
             result.notes.append("processes left running after teardown: " + ", ".join(leftovers))
         folder.write_summary(result, inputs.backend, inputs.time_scale)
         if dep.held_signal is not None and not failing:
             raise interrupt(dep.held_signal)
+
+
+def killed_note(names: list[str], grace_s: float) -> str:
+    """Processes that outlived SIGTERM: SGLang drains its requests before it exits, and a
+    request that can never finish (a decode server waiting for KV that never comes) keeps it
+    draining for ever; after ``grace_s`` teardown killed them, with their children."""
+    return (
+        f"teardown: {', '.join(names)} still running {grace_s:g} s after SIGTERM (SGLang "
+        "drains its requests before exiting): killed with SIGKILL"
+    )
 
 
 def _node_environments(

@@ -137,6 +137,11 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         check_apart(cluster, layouts)
     if options.endpoint and len(layouts) != 1:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
+    if options.router_metrics and not options.endpoint:
+        raise UsageProblem(
+            "--kimi-router-metrics names the metrics of a router you attach to: it needs "
+            "--kimi-endpoint (a deployment pytest-kimi starts is read from its own ports)"
+        )
     if options.endpoint and not dry_run:
         check_endpoint(options.endpoint)
     return Inputs(

@@ -13,6 +13,7 @@ from pytest_kimi.store import client_environment
 
 if TYPE_CHECKING:
     from pytest_kimi.config import ClusterConfig, Layout
+    from pytest_kimi.deploy.attached import Attached
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.inputs import Inputs
     from pytest_kimi.points import Point
@@ -72,8 +73,10 @@ def manifest(
     run_id: str,
     plan: DeploymentPlan | None,
     nodes: list[dict] | None = None,
+    attached: Attached | None = None,
 ) -> dict[str, Any]:
-    """The manifest of ``layout``; ``plan`` is None when attached to a running endpoint."""
+    """The manifest of ``layout``; ``plan`` is None when attached to a running endpoint, and
+    ``attached`` says what answered there (its workers, their versions and arguments)."""
     cluster, first = inputs.cluster, inputs.points[0]
     wl = inputs.workload_of(first)
     out: dict[str, Any] = {
@@ -93,7 +96,13 @@ def manifest(
             **disaggregation(cluster, layout),
         },
         "model": cluster.server.model_path,
-        "cluster": {"name": cluster.name, "file": str(cluster.path)},
+        "cluster": {
+            "name": cluster.name,
+            "file": str(cluster.path),
+            "sha256": cluster.source.sha256,
+            # what the file's ${NAME} references stood for in this run
+            "variables": dict(cluster.variables),
+        },
         "backend": inputs.backend,
         "time_scale": inputs.time_scale,
         "replicas": cluster.replicas_of(layout),
@@ -110,6 +119,9 @@ def manifest(
         "client": client_environment(),
         "endpoint": inputs.options.endpoint,
     }
+    if attached is not None:  # what was measured is the endpoint's, not the cluster file's
+        out["attached"] = attached.to_dict()
+        out.update(attached_layout(attached, layout.name))
     if plan is not None:
         out["processes"] = [
             {
@@ -129,3 +141,46 @@ def manifest(
     if nodes is not None:
         out["nodes"] = nodes
     return out
+
+
+def attached_layout(attached: Attached, name: str) -> dict[str, Any]:
+    """The manifest's ``layout``, ``replicas`` and ``model`` as the attached endpoint's workers
+    state them (``/server_info``): each worker a replica; its parallel shape and the key
+    server arguments (as flags) where every worker agrees, ``None`` where they differ or none
+    said; GPUs as TP x PP x DP per worker. Nodes and the router's policy are not stated
+    over HTTP: left empty, never taken from the cluster file."""
+    from pytest_kimi.deploy.attached import KEY_ARGS
+
+    infos = [w.info for w in attached.workers if w.info]
+
+    def agreed(key: str) -> Any:
+        values = {repr(info.get(key)) for info in infos}
+        return infos[0].get(key) if infos and len(values) == 1 else None
+
+    args = {
+        key.replace("_", "-"): value
+        for key in KEY_ARGS
+        if key not in ("tp_size", "pp_size", "ep_size", "dp_size", "nnodes")
+        and (value := agreed(key)) not in (None, False, "null")
+    }
+    gpus = [
+        (info.get("tp_size") or 1) * (info.get("pp_size") or 1) * (info.get("dp_size") or 1)
+        for info in infos
+    ]
+    return {
+        "layout": {
+            "name": name,
+            "tp": agreed("tp_size"),
+            "pp": agreed("pp_size"),
+            "ep": agreed("ep_size"),
+            "own_args": {},
+            "server_args": args,
+            "router_policy": None,
+            "nodes": [],
+            "gpus": sum(gpus) if len(gpus) == len(attached.workers) else None,
+            "as_reported_by": "the servers' /server_info (attached)",
+        },
+        "replicas": len(attached.workers),
+        "nodes_per_replica": agreed("nnodes"),
+        "model": agreed("model_path"),
+    }

@@ -65,7 +65,7 @@ def measure(
     (``network.client: on_node``) sends and times the requests on a node instead of here.
     ``clock``: the mock's shared cluster clock on a local run (:mod:`pytest_kimi.mock.clock`),
     else wall time."""
-    from pytest_kimi.metrics import summarize
+    from pytest_kimi.metrics import summarize, unplaced_token_notes
     from pytest_kimi.progress.events import NoProgress
     from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
     from pytest_kimi.workload.clocks import WALL
@@ -139,6 +139,7 @@ def measure(
         folder.write_records(layout.name, records, point.id)
         result.records = records
         result.notes.extend(prompt_length_notes(records, wl.input_len))
+        result.notes.extend(unplaced_token_notes(records))
         if clock is not None and shared_before is not None:
             result.notes.extend(clock_notes(shared_before, clock.stats(), inputs.time_scale))
         elif wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one

@@ -340,3 +340,25 @@ def _meets(lat: _Latencies, limits_ms: Mapping[str, float]) -> bool:
         if value > limit:
             return False
     return True
+
+
+def unplaced_token_notes(records: Sequence[RequestRecord]) -> list[str]:
+    """Say where the server counted more tokens than the chunks' counts hold: over the
+    OpenAI APIs a stream without a count in each chunk (``continuous_usage_stats`` dropped on
+    the way: sglang-router 0.3.2 does, smg and SGLang itself do not) counts each chunk with
+    text as one token, so tokens merged into one chunk, or that decoded to no text, are not
+    placed, and ITL has that many samples fewer than tokens - 1 per request."""
+    done = [r for r in records if r.success and not r.warmup and r.completion_tokens]
+    unplaced = [(r.completion_tokens or 0) - sum(c.tokens for c in r.chunks) for r in done]
+    missing = sum(n for n in unplaced if n > 0)
+    if not missing:
+        return []
+    total = sum(r.completion_tokens or 0 for r in done)
+    affected = sum(1 for n in unplaced if n > 0)
+    return [
+        f"ITL: {missing} of {total} output tokens ({affected} of {len(done)} requests) arrived "
+        "in chunks that carried no token count, so they could not be placed and ITL has that "
+        "many fewer samples: the stream had no per-chunk usage (stream_options."
+        "continuous_usage_stats, which the client asks for, was dropped on the way: "
+        "sglang-router 0.3.2 drops it, SGLang and smg honour it); /generate always counts"
+    ]

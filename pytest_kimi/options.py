@@ -25,6 +25,7 @@ class Options:
     report_dir: Path
     slo_overrides: tuple[str, ...] = ()
     endpoint: str | None = None
+    router_metrics: str | None = None  # attached: the router's Prometheus URL (who served what)
     save_baseline: Path | None = None
     baseline: Path | None = None
     fail_thresholds: str = ""
@@ -116,6 +117,15 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="URL",
         help="attach to an already running deployment at URL (no bring-up or teardown)",
+    )
+    group.addoption(
+        "--kimi-router-metrics",
+        dest="kimi_router_metrics",
+        default=None,
+        metavar="URL",
+        help="with --kimi-endpoint: the router's Prometheus metrics URL (its "
+        "--prometheus-port, e.g. http://router:29000/metrics): its per-worker counters give "
+        "the replica split and the requests it retried",
     )
     group.addoption(
         "--kimi-dry-run",
@@ -265,6 +275,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
     parser.addini("kimi_slo", "SLO overrides, one NAME=VALUE per line", type="linelist")
     parser.addini("kimi_endpoint", "default for --kimi-endpoint")
+    parser.addini("kimi_router_metrics", "default for --kimi-router-metrics")
     parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
 
@@ -292,6 +303,7 @@ def resolve(config: pytest.Config) -> Options:
         report,
         tuple(slos),
         _opt(config, "kimi_endpoint"),
+        router_metrics=_opt(config, "kimi_router_metrics"),
         save_baseline=Path(save) if save else None,
         baseline=Path(base) if base else None,
         fail_thresholds=config.getoption("kimi_fail"),

@@ -195,15 +195,19 @@ def stop_all(
     grace_s: float,
     kill_wait_s: float = KILL_WAIT_S,
     poll_s: float = 0.05,
+    on_kill: Callable[[T], None] = lambda item: None,
 ) -> list[T]:
     """Stop many things at once, the one way: ``send(item, "TERM")`` to every item, poll
     ``alive`` until all are gone or ``grace_s`` passed (one grace period for all of them,
-    not one each), ``send(item, "KILL")`` to the rest, poll again up to ``kill_wait_s``.
-    Returns the items still alive. A ``send`` that raises is skipped (whether the item is
-    gone is for ``alive`` to say); ``alive`` decides what an item it cannot ask counts as."""
+    not one each), ``send(item, "KILL")`` to the rest (``on_kill`` hears of each), poll
+    again up to ``kill_wait_s``. Returns the items still alive. A ``send`` that raises is
+    skipped (whether the item is gone is for ``alive`` to say); ``alive`` decides what an
+    item it cannot ask counts as."""
     remaining = list(items)
     for sig, wait_s in (("TERM", grace_s), ("KILL", kill_wait_s)):
         for item in remaining:
+            if sig == "KILL":
+                on_kill(item)
             try:
                 send(item, sig)
             except Exception:

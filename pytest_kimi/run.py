@@ -29,6 +29,7 @@ from pytest_kimi.workload.abort import Abort
 if TYPE_CHECKING:
     from pytest_kimi.baseline import Judgement
     from pytest_kimi.config import Layout
+    from pytest_kimi.deploy.attached import Attached
     from pytest_kimi.deploy.clientnode import NodeClient
     from pytest_kimi.deploy.plan import DeploymentPlan
     from pytest_kimi.deploy.reach import Reach
@@ -68,6 +69,7 @@ class Run:
         self._tonights: dict[str, RunRecord] = {}  # per layout: this run as the history has it
         self._reaches: dict[str, Reach] = {}  # per layout: node URL -> URL used (network.client)
         self._clients: dict[str, NodeClient] = {}  # per layout: the client on a node (on_node)
+        self._attached: dict[str, Attached] = {}  # per layout: what --kimi-endpoint serves
 
     @classmethod
     def load(cls, options: Options, dry_run: bool = False, **hooks: Any) -> Run:
@@ -114,8 +116,15 @@ class Run:
         """Bring the layout up (unless attached), yield the router URL, always tear down."""
         result = self._result(layout)
         if self.inputs.options.endpoint:
-            self._manifest(layout, None, None)
+            from pytest_kimi.deploy.attached import discover
+
+            options = self.inputs.options
+            attached = self._attached[layout.name] = discover(
+                options.endpoint, options.router_metrics
+            )
+            self._manifest(layout, None, None, attached)
             result.notes.append(ATTACHED_NOTE)  # no nodes of ours: no GPU telemetry
+            result.notes.extend(attached.notes)
             if self.inputs.swept:  # the points write their own; this keeps the note
                 self.folder.write_summary(result, self.inputs.backend, self.time_scale)
             yield self.inputs.options.endpoint
@@ -154,15 +163,20 @@ class Run:
             return result
         plan, reach = self._plans.get(layout.name), self._reach(layout)
         replicas = {name: reach.url(url) for name, url in replica_endpoints(plan).items()}
+        router_metrics = reach.url_or_none(plan.router_metrics_url) if plan else None
+        attached = self._attached.get(layout.name)
+        if attached is not None:  # the workers the endpoint named, and the router's metrics
+            replicas, router_metrics = attached.worker_urls(), attached.router_metrics
         client = self._clients.get(layout.name)
         clock = _shared_clock(plan) if client is None else None
         try:
             measure(self.inputs, layout, endpoint, self.folder, result, self.say,
-                    reach.url_or_none(plan.router_metrics_url) if plan is not None else None,
-                    replicas, progress=self.progress,
+                    router_metrics, replicas, progress=self.progress,
                     abort=self._aborts.get(layout.name), client=client, clock=clock,
                     point=point)  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
+            if attached is not None:  # a deployment we start says this at its teardown
+                result.notes.extend(attached_split_notes(attached, result))
         finally:
             if clock is not None:
                 clock.close()
@@ -346,10 +360,24 @@ class Run:
         result.result_dir = str(self.folder.point_dir(*key))
         return result
 
-    def _manifest(self, layout: Layout, plan: DeploymentPlan | None, nodes: list | None) -> None:
+    def _manifest(
+        self,
+        layout: Layout,
+        plan: DeploymentPlan | None,
+        nodes: list | None,
+        attached: Attached | None = None,
+    ) -> None:
         self.folder.write_manifest(
-            layout.name, manifest(self.inputs, layout, self.folder.name, plan, nodes)
+            layout.name, manifest(self.inputs, layout, self.folder.name, plan, nodes, attached)
         )
+
+
+def attached_split_notes(attached: Attached, result: LayoutResult) -> list[str]:
+    """The replica split of an attached run, from the workers' (and router's) counters."""
+    from pytest_kimi.report.dataquality import split_notes
+
+    succeeded = sum(1 for r in result.records if r.success and not r.warmup)
+    return split_notes(result.replica_counters, len(attached.workers), succeeded)
 
 
 def _shared_clock(plan: DeploymentPlan | None) -> SharedClock | None:

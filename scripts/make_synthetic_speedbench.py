@@ -75,19 +75,25 @@ def _mixed(rng: random.Random, words: list[str], n: int) -> list[str]:
 GENERATORS = {"low_entropy": _repetitive, "mixed": _mixed, "high_entropy": _random}
 
 
-def make_rows(seed: int = SEED) -> list[dict[str, object]]:
-    """Return the 48 rows, grouped by category, with stable question ids."""
+def make_rows(
+    seed: int = SEED, nominal: int = NOMINAL, rows_per_category: int = ROWS_PER_CATEGORY
+) -> list[dict[str, object]]:
+    """Return the rows (48 by default), grouped by category, with stable question ids. The
+    outliers are the bundled 16K file's; another length (``--nominal``, e.g. the 512 words of
+    ``clusters/cpu-sglang-prompts.jsonl``) keeps every prompt within 2% of it."""
     words = vocabulary()
     rng = random.Random(seed)
+    outliers = OUTLIERS if nominal == NOMINAL else {}
+    prefix = "synth16k" if nominal == NOMINAL else f"synth{nominal}"
     rows: list[dict[str, object]] = []
     for category in CATEGORIES:
-        for k in range(ROWS_PER_CATEGORY):
+        for k in range(rows_per_category):
             index = len(rows)
-            n = OUTLIERS.get(index, round(NOMINAL * rng.uniform(0.98, 1.02)))
+            n = outliers.get(index, round(nominal * rng.uniform(0.98, 1.02)))
             text = " ".join(GENERATORS[category](rng, words, n))
             rows.append(
                 {
-                    "question_id": f"synth16k-{category}-{k:02d}",
+                    "question_id": f"{prefix}-{category}-{k:02d}",
                     "category": category,
                     "turns": [text],
                 }
@@ -96,11 +102,13 @@ def make_rows(seed: int = SEED) -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: optional ``--out FILE``."""
+    """Command-line entry: optional ``--out FILE``, ``--nominal WORDS``, ``--rows-per-category``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT_FILE, help="output .jsonl file")
+    parser.add_argument("--nominal", type=int, default=NOMINAL, help="words (tokens) per prompt")
+    parser.add_argument("--rows-per-category", type=int, default=ROWS_PER_CATEGORY)
     args = parser.parse_args(argv)
-    rows = make_rows()
+    rows = make_rows(nominal=args.nominal, rows_per_category=args.rows_per_category)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8", newline="\n") as fh:
         for row in rows:

@@ -325,6 +325,8 @@ class ClusterConfig:
     logs: LogsConfig = field(default_factory=LogsConfig)
     deployment_max_s: float = 43200.0  # SSH: the longest a node process may live (`timeout`)
     history: Path | None = None  # history: resolved against the cluster file's folder
+    # the ${NAME} references the file was read with: name -> value (or default) used
+    variables: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def sha256(self) -> str:

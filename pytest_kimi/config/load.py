@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_kimi.config import checks, models
+from pytest_kimi.config import checks, models, variables
 from pytest_kimi.config.cluster import (
     ClusterConfig,
     ContainerConfig,
@@ -61,17 +62,19 @@ ROUTER_BENCHMARK_ARGS: dict[str, str | int | float | bool] = {
 def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> ClusterConfig:
     """Read and validate a cluster file; any problem is a :class:`ConfigError`.
 
-    ``environ`` (default: this process's environment) supplies the values of the variables
+    ``environ`` (default: this process's environment) supplies the ``${NAME}`` references
+    in string values (:mod:`~pytest_kimi.config.variables`) and the values of the variables
     named in ``env_from_local``; a missing one is an error naming it and the field."""
     path = Path(path)
-    src = read_yaml(path)
+    environ = os.environ if environ is None else environ
+    src, used = variables.expand(read_yaml(path), environ)
     try:
         raw = models.ClusterFile.model_validate(src.data)
     except ValidationError as exc:
         raise config_error(src, exc, models.ClusterFile) from None
     checks.check_cluster(src, raw)
     checks.check_processes(src, raw)
-    return _cluster(src, raw, os.environ if environ is None else environ)
+    return replace(_cluster(src, raw, environ), variables=used)
 
 
 def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) -> ClusterConfig:

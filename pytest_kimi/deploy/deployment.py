@@ -1,7 +1,7 @@
 """Bring a plan up, keep it healthy, and tear it down whatever happens.
 
 Start-up order is an engineer's: every node's server, then (once each replica's rank 0
-answers ``/health`` and ``/get_model_info``) the router, then wait for the router's
+answers ``/health`` and ``/model_info``) the router, then wait for the router's
 ``/readiness`` to count every replica. Any process that exits while we wait fails the
 bring-up at once, naming the node and showing the end of its log. ``stop`` signals every
 process group, collects the logs and verifies nothing is left running.
@@ -74,6 +74,7 @@ class Deployment:
         self.launching: ProcessSpec | None = None  # between "start it" and "got its handle"
         self.poll_s = getattr(executor, "poll_s", POLL_S)
         self.leftovers: list[str] = []
+        self.killed: list[str] = []  # processes still running grace_s after SIGTERM: KILLed
         self._watch: StartupWatch | None = None
         self.log_marks: dict[str, int] = {}  # log file name -> its size when teardown began
         self.held_signal: int | None = None  # Ctrl-C / SIGTERM that arrived during teardown
@@ -129,13 +130,14 @@ class Deployment:
         self.on_state(self.plan.router, "ready", self.plan.endpoint)
 
     def _wait_servers(self, http: httpx.Client, watch: StartupWatch, deadline: float) -> None:
-        """Until every server answers: rank 0 ``/health`` then ``/get_model_info``, every other
-        rank its ``/health`` stub (SGLang 0.5.9 serves one on ranks >= 1 once their schedulers
-        are up). Each process is polled every round; exits and stalls fail at once."""
+        """Until every server answers: rank 0 ``/health`` then ``/model_info`` (0.5.9 and 0.5.23
+        serve it; ``/get_model_info`` is deprecated there and warns in the log at every call),
+        every other rank its ``/health`` stub (SGLang serves one on ranks >= 1 once their
+        schedulers are up). Each process is polled every round; exits and stalls fail at once."""
         pending: dict[str, list[tuple[str, Probe]]] = {}
         for spec in self.plan.servers:
             urls = [spec.url + "/health"]
-            urls += [spec.url + "/get_model_info"] if spec.rank == 0 else []
+            urls += [spec.url + "/model_info"] if spec.rank == 0 else []
             pending[spec.name] = [(url, answers_200(self.reach.url(url))) for url in urls]
         specs = {spec.name: spec for spec in self.plan.servers}
         why: dict[str, str] = {}
@@ -314,6 +316,7 @@ class Deployment:
                 lambda handle: self._alive(handle, unreachable),
                 grace_s=self.grace_s,
                 poll_s=min(self.poll_s, 0.05),
+                on_kill=lambda handle: self.killed.append(handle.spec.name),
             )
             self._fetch_logs(order)
             self.leftovers = unverifiable + _leftovers(order, remaining, unreachable)

@@ -7,7 +7,7 @@ of what produced them. Values of variables that look secret are never written.
 Versions are asked of the interpreter (and environment) that runs each process, not of
 whatever Python the node has first on its PATH: a router started from another venv than the
 servers is recorded as such. Each replica's SGLang also states its version over HTTP
-(``/get_server_info`` ``version`` in 0.5.9), which is what actually answered.
+(``/server_info`` ``version``), which is what actually answered.
 """
 
 from __future__ import annotations
@@ -123,16 +123,22 @@ def node_environment(
 
 
 def server_version(url: str, timeout: float = 10.0) -> str | None:
-    """The version a running SGLang server states (``GET url/get_server_info``, field
-    ``version``); None when it does not say (an error is not a version)."""
+    """The version a running SGLang server states (``GET url/server_info``, field
+    ``version``; ``/get_server_info`` where that is not found: the older name, deprecated
+    since 0.5.9 and warned about in the log at every call); None when it does not say (an
+    error is not a version)."""
     import httpx
 
-    try:
-        response = httpx.get(url + "/get_server_info", timeout=timeout, trust_env=False)
-        version = response.json().get("version") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    return str(version) if version is not None else None
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            response = httpx.get(url + path, timeout=timeout, trust_env=False)
+            if response.status_code == 404:
+                continue
+            version = response.json().get("version") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return str(version) if version is not None else None
+    return None
 
 
 def version_notes(router: str | None, supported: str) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 NodeState = Literal["starting", "healthy", "ready", "failed"]
 """A process's bring-up state: launched; its replica answers ``/health`` and
-``/get_model_info`` (servers); serving (the router counts every replica; servers once warm);
+``/model_info`` (servers); serving (the router counts every replica; servers once warm);
 exited or never became healthy."""
 
 

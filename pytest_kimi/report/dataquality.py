@@ -121,12 +121,14 @@ def notes(
     else:
         kinds = ", ".join([*PATTERNS, "router health-check failures"])
         out.append(f"log check: no {kinds} found")
-    return out + _split_notes(counters, replicas, succeeded)
+    return out + split_notes(counters, replicas, succeeded)
 
 
-def _split_notes(
+def split_notes(
     counters: Mapping[str, ReplicaCounters], replicas: int | None, succeeded: int | None
 ) -> list[str]:
+    """How the requests were split between replicas, by their counters, and whether that
+    adds up to what the client saw."""
     if not counters:
         return []
     out = []

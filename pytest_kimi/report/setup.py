@@ -27,19 +27,25 @@ def experiment_setup(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, An
         "backend": first.get("backend"),
         "hardware": hardware(manifests),
         "shared_flags": shared,
-        "layouts": {
-            name: {
-                "parallel": _parallel(m["layout"]),
-                "replicas": m.get("replicas"),
-                "nodes": len(m["layout"].get("nodes") or []),
-                "gpus": m["layout"].get("gpus"),
-                "router_policy": m["layout"].get("router_policy"),
-                "flags": own[name],
-            }
-            for name, m in manifests.items()
-        },
+        "layouts": {name: _layout_row(m, own[name]) for name, m in manifests.items()},
         "dataset": dataset(first),
         "tools": tools(manifests),
+    }
+
+
+def _layout_row(manifest: Mapping[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """One row of the set-up table. Attached (``--kimi-endpoint``), the endpoint's servers
+    describe themselves; what they do not state (nodes, the router's policy) says so."""
+    layout = manifest["layout"]
+    attached = bool(manifest.get("attached"))
+    unstated = "not stated by the endpoint"
+    return {
+        "parallel": _parallel(layout),
+        "replicas": manifest.get("replicas"),
+        "nodes": unstated if attached else len(layout.get("nodes") or []),
+        "gpus": layout.get("gpus"),
+        "router_policy": layout.get("router_policy") or (unstated if attached else None),
+        "flags": flags,
     }
 
 
@@ -122,12 +128,18 @@ def tools(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     first = next(iter(manifests.values()))
     client = first.get("client") or {}
     packages = client.get("packages") or {}
+    # the client's own packages only: an sglang-router installed beside the client is not
+    # necessarily the router that served (attached to an endpoint, it never is)
     out = {name: str(version) for name, version in packages.items()
-           if name in ("pytest-kimi", "httpx", "sglang-router") and version}  # fmt: skip
+           if name in ("pytest-kimi", "httpx") and version}  # fmt: skip
     if client.get("python"):
         out["python (client)"] = client["python"]
-    servers = sorted({n["sglang_server_version"] for m in manifests.values()
-                      for n in m.get("nodes") or [] if n.get("sglang_server_version")})  # fmt: skip
+    servers = sorted(
+        {n["sglang_server_version"] for m in manifests.values() for n in m.get("nodes") or []
+         if n.get("sglang_server_version")}
+        | {w["version"] for m in manifests.values()
+           for w in (m.get("attached") or {}).get("workers") or [] if w.get("version")}
+    )  # fmt: skip
     if servers:
         out["sglang (servers)"] = ", ".join(servers)
     nodes = [n for m in manifests.values() for n in m.get("nodes") or []]
@@ -135,6 +147,8 @@ def tools(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
                       for n in nodes} - {""})  # fmt: skip
     if routers:
         out["sglang-router (router node)"] = ", ".join(routers)
+    if any((m.get("attached") or {}).get("kind") == "router" for m in manifests.values()):
+        out["router (attached)"] = "version not stated by the endpoint"
     return out
 
 
@@ -145,4 +159,5 @@ def _parallel(layout: Mapping[str, Any]) -> str:
     if sides:
         return " + ".join(f"{s.get('role')} TP{s.get('tp')}/PP{s.get('pp')}/EP{s.get('ep')} "
                           f"x{s.get('replicas')}" for s in sides)  # fmt: skip
-    return f"TP{layout.get('tp')}/PP{layout.get('pp')}/EP{layout.get('ep')}"
+    shape = "/".join(f"{k.upper()}{layout.get(k) or '?'}" for k in ("tp", "pp", "ep"))
+    return shape + (" (as the servers report)" if layout.get("as_reported_by") else "")

@@ -90,7 +90,9 @@ def payload(api: str, text: str, output_len: int, model: str) -> dict[str, Any]:
         "max_tokens": output_len,
         "ignore_eos": True,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        # usage in every chunk: SGLang merges tokens into one chunk at times (27 chunks for
+        # 32 tokens seen on a CPU), and only a count per chunk says how many each carried
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     if api == "completions":
         return {**common, "prompt": text}
@@ -109,10 +111,13 @@ class _StreamParser:
     field there: the thinking is part of ``text``), so everything they stream is answer.
 
     Token counts: ``/generate`` carries cumulative ``meta_info.completion_tokens`` in every
-    chunk. OpenAI chunks carry ``usage`` only at the end (``include_usage``), or in every chunk
-    with ``continuous_usage_stats``; without it each chunk with text counts as one token (one
-    chunk per token at SGLang's default ``--stream-interval 1``) and the total comes from the
-    final usage. Reasoning tokens: ``usage.reasoning_tokens`` (or OpenAI's
+    chunk. OpenAI chunks carry ``usage`` in every chunk too, as the client asks for it
+    (``continuous_usage_stats``, which SGLang 0.5.9 and 0.5.23 honour); from a server that
+    ignores it each chunk with text counts as one token and the total comes from the final
+    usage. A token the server counted but that decoded to no text (a special token: a
+    random-weight model emits them) is not a chunk of its own: it arrives with the next chunk
+    that carries text, or, after the last one, at the stream's last count (:meth:`unstreamed`).
+    Reasoning tokens: ``usage.reasoning_tokens`` (or OpenAI's
     ``completion_tokens_details.reasoning_tokens``) when the server reports a positive number,
     else the tokens counted in reasoning chunks (SGLang 0.5.9's chat usage always says 0).
     """
@@ -124,7 +129,8 @@ class _StreamParser:
         self.request_id: str | None = None
         self.spec_verify_ct: int | None = None
         self.spec_accept_length: float | None = None
-        self._seen = 0
+        self._seen = 0  # tokens carried by chunks with text so far
+        self._per_chunk = False  # the server counted tokens in each chunk (not only at the end)
         self._reasoning_streamed = 0
         self._reasoning_reported = 0
 
@@ -162,7 +168,9 @@ class _StreamParser:
         tokens = 1
         if usage and usage.get("completion_tokens") is not None:  # continuous_usage_stats
             total = int(usage["completion_tokens"])
-            tokens, self._seen = total - self._seen, total
+            tokens, self._seen, self._per_chunk = total - self._seen, total, True
+        else:
+            self._seen += 1
         if not answer:
             self._reasoning_streamed += tokens
         return tokens, bool(answer)
@@ -178,10 +186,20 @@ class _StreamParser:
         total = meta.get("completion_tokens")
         if total is None:
             return 1 if data.get("text") else 0
-        new = int(total) - self._seen
-        self._seen = int(total)
-        self.completion_tokens = self._seen
-        return new if data.get("text") else 0
+        self.completion_tokens = int(total)
+        self._per_chunk = True
+        if not data.get("text"):  # counted, but no text yet: it comes with the next chunk
+            return 0
+        new, self._seen = self.completion_tokens - self._seen, self.completion_tokens
+        return new
+
+    def unstreamed(self) -> int:
+        """Tokens the server counted after the last chunk with text (they decoded to no
+        text), where it counted per chunk; 0 otherwise (a total from the final usage alone
+        cannot say whether tokens were merged or unseen, nor where)."""
+        if not self._per_chunk or self.completion_tokens is None:
+            return 0
+        return max(0, self.completion_tokens - self._seen)
 
 
 def _reported_reasoning(usage: dict[str, Any]) -> int:
@@ -353,6 +371,7 @@ async def _read_events(
     arrival = response.extensions.get("kimi_arrival")
     pieces = response.aiter_bytes().__aiter__()
     done_at: float | None = None
+    counted_at = 0.0  # when the server's token count last grew
     while True:
         try:
             if done_at is None:
@@ -373,8 +392,14 @@ async def _read_events(
             if payload == b"[DONE]":
                 done_at = now
                 holds.done()
+                trailing = parser.unstreamed()
+                if trailing and record.chunks:  # counted after the last text: they end here
+                    record.chunks.append(Chunk(counted_at, trailing))
                 break
+            before = parser.completion_tokens
             tokens, answer = parser.feed(loads(payload))
+            if parser.completion_tokens != before:
+                counted_at = now
             if tokens > 0:
                 if record.first_token_time is None:
                     record.first_token_time = now

@@ -51,8 +51,15 @@ def test_no_regression(speedbench, kimi_regression, kimi_regression_metric):
 
 
 def test_workload(kimi_benchmark):
-    """The workload's one run, recorded by pytest-benchmark (``--benchmark-autosave``)."""
-    _measured(kimi_benchmark)
+    """The workload's one run, recorded by pytest-benchmark (``--benchmark-autosave``). A run
+    in which no request succeeded measured nothing: its figures are not a benchmark."""
+    summary = _measured(kimi_benchmark)
+    if summary.completed == 0:
+        pytest.fail(
+            f"{kimi_benchmark.name}: no request succeeded ({summary.failed} failed), so the "
+            f"workload measured nothing; see {kimi_benchmark.result_dir}/records.jsonl",
+            pytrace=False,
+        )
 
 
 def test_max_concurrency(kimi_max_concurrency, kimi_layout, record_property):

@@ -333,7 +333,9 @@ NASTY = [
 
 def nasty_cluster(tmp_path: Path) -> ClusterConfig:
     def q(s: str) -> str:
-        return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
+        # a JSON string is a valid YAML double-quoted scalar; "$${" keeps a literal "${"
+        # through the file's ${NAME} expansion (pytest_kimi/config/variables.py)
+        return json.dumps(s).replace("${", "$${")
 
     args = "\n".join(f"    nasty-{i}: {q(v)}" for i, v in enumerate(NASTY))
     env = "\n".join(f"    NASTY_{i}: {q(v)}" for i, v in enumerate(NASTY))

@@ -1,0 +1,181 @@
+"""Real SGLang servers on a CPU, for the tests that hold the product and the mock against them.
+
+SGLang 0.5.9 and 0.5.23 serve ``pytest_kimi/data/tiny-model`` (a 2-layer Llama, random weights
+through ``--load-format dummy``) on a CPU, each from its own venv built by
+``scripts/install_real_sglang.sh VERSION`` (``.venv-sglang-VERSION`` at the checkout's root;
+``KIMI_SGLANG_VENV_<VERSION with _>`` names another one, e.g. ``KIMI_SGLANG_VENV_0_5_23``).
+A test that needs one installs it on first use (a file lock keeps xdist workers to one
+install). Where it cannot be installed the test is skipped with the reason, unless
+``KIMI_REAL_SGLANG_REQUIRED=1`` (CI), which makes that a failure: missing is never passing.
+
+Two packages in those venvs are import-only stand-ins (``scripts/real_sglang/standins``): a
+call writes :data:`STANDIN_MARKER` and the function's name to the server's log and raises.
+:func:`standin_calls` finds such lines; every real-server test checks its logs with it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.testing.peer import offline_env
+from pytest_kimi.testing.processes import Proc
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL_SCRIPT = ROOT / "scripts" / "install_real_sglang.sh"
+MODEL_DIR = ROOT / "pytest_kimi" / "data" / "tiny-model"
+VERSIONS = ("0.5.9", "0.5.23")
+REQUIRED_ENV_VAR = "KIMI_REAL_SGLANG_REQUIRED"
+STANDIN_MARKER = "KIMI-STANDIN-CALLED"
+INSTALL_TIMEOUT_S = 1200.0
+START_TIMEOUT_S = 240.0  # 18-44 s alone on 2 cores; more while other servers start beside it
+
+# What a CPU needs (docs/real-sglang.md): torch operators for attention (no FlashInfer), random
+# weights (nothing downloaded), a small KV pool (the default sizes it from free memory: 16 M
+# tokens and 44 s of allocation), and a scheduler that sleeps when idle (else each one spins a
+# core at 100% and two idle servers take a 2-core machine). torch_native attention turns CUDA
+# graphs off in both versions, so neither version's CUDA-graph flag is needed.
+CPU_FLAGS = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--load-format", "dummy",
+    "--enable-metrics",
+    "--sleep-on-idle",
+    "--max-total-tokens", "32768",
+    "--context-length", "4096",
+)  # fmt: skip
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
+# What the mock is held against (tests/conformance/test_mock_vs_sglang.py, and the wire files
+# scripts/capture_sglang_wire.py records): a server without a prefix cache, as the mock models
+# one. With it, a repeated prompt prefix turns 0.5.23's ``cached_tokens_details`` from null
+# into an object and adds ``sglang:cached_tokens_total``: answers that depend on what earlier
+# requests shared, not on the wire.
+CONFORMANCE_FLAGS = ("--disable-radix-cache",)
+
+
+def venv_var(version: str) -> str:
+    """The variable that names another venv for ``version``: ``KIMI_SGLANG_VENV_0_5_23``."""
+    return "KIMI_SGLANG_VENV_" + version.replace(".", "_")
+
+
+def venv_dir(version: str) -> Path:
+    given = os.environ.get(venv_var(version))
+    return Path(given) if given else ROOT / f".venv-sglang-{version}"
+
+
+def required() -> bool:
+    return os.environ.get(REQUIRED_ENV_VAR, "") not in ("", "0")
+
+
+def unavailable(message: str) -> None:
+    """Skip with ``message``, or fail where real SGLang must run (:data:`REQUIRED_ENV_VAR`)."""
+    if required():
+        pytest.fail(f"{message} ({REQUIRED_ENV_VAR} is set)", pytrace=False)
+    pytest.skip(message)
+
+
+def install(version: str) -> Path:
+    """The venv of ``version``, installed now if it is not complete (the script returns at
+    once when it is). Returns the venv's ``python``; fails or skips, with the script's output,
+    when that cannot be done."""
+    venv = venv_dir(version)
+    lock_path = ROOT / f".venv-sglang-{version}.lock"
+    try:
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                done = subprocess.run(
+                    ["bash", str(INSTALL_SCRIPT), version, str(venv)],
+                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
+                    env=offline_env(),
+                )  # fmt: skip
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    except subprocess.TimeoutExpired:
+        unavailable(f"{INSTALL_SCRIPT.name} {version} did not finish in {INSTALL_TIMEOUT_S:g}s")
+    except OSError as exc:
+        unavailable(f"cannot run {INSTALL_SCRIPT.name} {version}: {exc}")
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr)[-4000:]
+        unavailable(f"installing SGLang {version} failed (exit {done.returncode}):\n{output}")
+    return venv / "bin" / "python"
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """A CPU server's environment: offline (no model hub), CPU engine, one OpenMP thread."""
+    return {**offline_env(), **CPU_ENV, **extra}
+
+
+def server_argv(python: Path, port: int, *flags: str) -> list[str]:
+    """``sglang.launch_server`` of the tiny model on ``127.0.0.1:port`` with the CPU flags."""
+    return [
+        str(python), "-m", "sglang.launch_server",
+        "--model-path", str(MODEL_DIR), "--host", "127.0.0.1", "--port", str(port),
+        *CPU_FLAGS, *flags,
+    ]  # fmt: skip
+
+
+class RealServer(Proc):
+    """One real SGLang server (its own process group) and its URL; :meth:`stop` also checks
+    its log for stand-in calls."""
+
+    def __init__(self, version: str, python: Path, port: int, log: Path, *flags: str) -> None:
+        super().__init__(server_argv(python, port, *flags), log, env=server_env())
+        self.version = version
+        self.url = f"http://127.0.0.1:{port}"
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.wait_http(self.url + "/health", timeout_s)
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """0.5.9 on a CPU can take over 30 s to exit on SIGTERM: a long grace, then KILL."""
+        super().stop(grace_s)
+        assert_no_standin_calls([self.log])
+
+
+_CALL = re.compile(re.escape(STANDIN_MARKER) + r" (\S+)")
+
+
+def standin_calls(logs: Iterable[Path]) -> dict[str, list[str]]:
+    """Log file name -> the stand-in functions it says were called (empty: none)."""
+    found: dict[str, list[str]] = {}
+    for log in logs:
+        names = _CALL.findall(log.read_text(errors="replace"))
+        if names:
+            found[log.name] = sorted(set(names))
+    return found
+
+
+def assert_no_standin_calls(logs: Iterable[Path]) -> None:
+    """Fail naming each function a server called on an import-only stand-in: what that server
+    computed is not SGLang's own, so nothing it answered can be trusted."""
+    found = standin_calls(logs)
+    if found:
+        where = "; ".join(f"{log}: {', '.join(names)}" for log, names in found.items())
+        pytest.fail(f"a server called an import-only stand-in: {where}", pytrace=False)
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Live processes whose environment holds ``name=value``. A run started with a marker
+    variable passes it to everything it starts, down to SGLang's scheduler and detokenizer
+    (whose command lines are only ``sglang::scheduler``): what is left of it, by the kernel's
+    account, not by anything the run itself reports."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ and state != "Z":
+            found.append(int(entry))
+    return found

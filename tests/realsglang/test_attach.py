@@ -1,0 +1,120 @@
+"""Attached to a real deployment (``--kimi-endpoint``): the report describes what answered.
+
+The deployment is started by hand (conftest ``real_deployment``): two real SGLang servers
+behind the real SGLang Router. The product learns the rest from them: the workers from the
+router's ``/workers``, each one's version and arguments from its ``/server_info``, the replica
+split from the servers' and the router's counters.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_kimi.testing.processes import pytest_argv
+from pytest_kimi.testing.realsglang import ROOT
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = ROOT / "clusters" / "cpu-sglang.yaml"
+
+
+def _attach(deployment, out: Path, *args: str, cluster: Path = CLUSTER):
+    argv = pytest_argv(
+        "tests/perf", "--cluster", str(cluster), "--layout=tp1",
+        f"--kimi-endpoint={deployment.url}", f"--kimi-report-dir={out}", "-p",
+        "no:cacheprovider", "-rA", *args,
+    )  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    return done, runs[0] if runs else None
+
+
+def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, tmp_path):
+    version = real_deployment.version
+    done, run = _attach(real_deployment, tmp_path,
+                        f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    manifest = json.loads((run / "tp1" / "manifest.json").read_text())
+    attached = manifest["attached"]
+    assert attached["kind"] == "router"
+    # in the router's order, which need not be the order it was given
+    assert sorted(w["url"] for w in attached["workers"]) == sorted(
+        s.url for s in real_deployment.servers
+    )
+    assert {w["version"] for w in attached["workers"]} == {version}
+    assert all(w["server_info"]["tp_size"] == 1 for w in attached["workers"])
+    # the set-up is the endpoint's, as its servers state it: not the cluster file's
+    assert manifest["replicas"] == 2 and manifest["layout"]["gpus"] == 2
+    assert manifest["layout"]["server_args"]["device"] == "cpu"
+    md = (run / "comparison.md").read_text()
+    assert f"sglang (servers) {version}" in md
+    assert "router (attached) version not stated by the endpoint" in md
+    assert "sglang-router 0.3.2" not in md  # the client's own package is not the router
+
+
+def test_an_attached_run_splits_requests_by_the_workers_counters(real_deployment, tmp_path):
+    done, run = _attach(real_deployment, tmp_path,
+                        f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-5000:]
+    summary = json.loads((run / "tp1" / "summary.json").read_text())
+    counters = summary["replica_counters"]
+    assert sum(c["requests"] for c in counters.values()) == summary["completed"] == 16
+    assert all(c["requests"] > 0 for c in counters.values())
+    # and the router's own count per worker, from its metrics port
+    assert sum(c["router_requests"] for c in counters.values()) == 16
+    assert any(n.startswith("requests per replica: replica0: ") for n in summary["notes"])
+
+
+def test_a_run_in_which_every_request_fails_fails_the_workload_test(real_deployment, tmp_path):
+    # prompts longer than the servers' context (4096): real SGLang answers each with an error
+    words = " ".join(["bago"] * 5000)
+    rows = [{"question_id": f"long-{i}", "category": "long", "turns": [words]} for i in range(4)]
+    (tmp_path / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = CLUSTER.read_text()
+    for old, new in (("dataset: cpu-sglang-prompts.jsonl", "dataset: long.jsonl"),
+                     ("num_requests: 16", "num_requests: 4"), ("input_len: 512", "input_len: 5000"),
+                     ("warmup_requests: 1", "warmup_requests: 0"),
+                     ("prompt: chat_template", "prompt: raw")):  # fmt: skip
+        assert old in text
+        text = text.replace(old, new)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(text)
+    out = tmp_path / "out"
+    out.mkdir()
+    done, run = _attach(real_deployment, out, cluster=cluster)
+    assert done.returncode == 1, done.stdout[-5000:]
+    assert "FAILED tests/perf/test_speedbench.py::test_workload[tp1]" in done.stdout
+    assert "no request succeeded (4 failed)" in done.stdout
+    assert "FAILED tests/perf/test_speedbench.py::test_every_request_succeeded[tp1]" in done.stdout
+    records = [json.loads(x) for x in (run / "tp1" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and not any(r["success"] for r in records)
+    assert all(r["error"] for r in records)  # each kept with the server's reason
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_openai_streams_place_every_token_where_each_chunk_is_counted(
+    real_deployment, tmp_path, api
+):
+    # attached to a server itself (no router between): continuous_usage_stats reaches it,
+    # so every token of a merged chunk, and every token without text, is placed
+    server = real_deployment.servers[0]
+    argv = pytest_argv(
+        "tests/perf", "--cluster", str(CLUSTER), "--layout=tp1", f"--kimi-endpoint={server.url}",
+        f"--kimi-api={api}", f"--kimi-report-dir={tmp_path}", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-5000:]
+    [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    records = [json.loads(x) for x in (run / "tp1" / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if not r["warmup"]]
+    assert len(measured) == 16
+    for r in measured:
+        tokens = [c["tokens"] for c in r["chunks"]]
+        assert sum(tokens) == r["completion_tokens"] == 32, (r["prompt_id"], tokens)
+        assert sum(max(t, 1) for t in tokens[1:]) == 32 - tokens[0], (r["prompt_id"], tokens)
+    manifest = json.loads((run / "tp1" / "manifest.json").read_text())
+    assert manifest["attached"]["kind"] == "server" and manifest["replicas"] == 1
