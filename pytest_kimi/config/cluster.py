@@ -198,11 +198,13 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class MockConfig:
-    """Embedded mock backend settings: time scale, seed and performance profile."""
+    """Embedded mock backend settings: time scale, seed, performance profile, and the SGLang
+    version whose answers it gives (``mock.sglang_version``)."""
 
     time_scale: float
     seed: int
     profile: Mapping[str, Any]
+    sglang_version: str = "0.5.9"
 
 
 @dataclass(frozen=True)

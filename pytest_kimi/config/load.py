@@ -86,7 +86,8 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
     mock = None
     if raw.mock is not None:
         checks.check_profile(src, raw.mock.profile)
-        mock = MockConfig(raw.mock.time_scale, raw.mock.seed, dict(raw.mock.profile))
+        mock = MockConfig(raw.mock.time_scale, raw.mock.seed, dict(raw.mock.profile),
+                          raw.mock.sglang_version)  # fmt: skip
     return ClusterConfig(
         path=src.path,
         name=raw.name,

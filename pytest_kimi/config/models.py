@@ -42,6 +42,10 @@ from pytest_kimi.config.fields import (
 )
 
 PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
+# the SGLang versions whose answers the mock gives (its recordings in pytest_kimi/mock/wire; a
+# test keeps the two lists equal), and the one it gives unless mock.sglang_version says
+MOCK_WIRE_VERSIONS = ("0.5.9", "0.5.23")
+MOCK_WIRE_DEFAULT = "0.5.9"
 
 PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
 WRAPPER = "argv put before python (not a container runtime: use 'container')."
@@ -393,6 +397,12 @@ class Mock(_Model):
         default_factory=dict,
         description="Hardware and model numbers of the performance model (docs/mock.md).",
         json_schema_extra=_profile_schema,
+    )
+    sglang_version: Literal[MOCK_WIRE_VERSIONS] = Field(  # type: ignore[valid-type]
+        MOCK_WIRE_DEFAULT,
+        description="The SGLang version whose answers the mock gives (its responses, "
+        "meta_info keys, errors, server info and metrics): one recorded in "
+        "pytest_kimi/mock/wire/.",
     )
 
 

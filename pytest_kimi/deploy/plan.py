@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
 from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
+from pytest_kimi.config.models import MOCK_WIRE_DEFAULT
 from pytest_kimi.deploy.ports import PortBook
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 
@@ -249,6 +250,15 @@ def _router_workers(
     ]  # fmt: skip
 
 
+def _host_ip_env(nodes: tuple[Node, ...], address: str) -> dict[str, str]:
+    """``SGLANG_HOST_IP`` for a rank of a replica spanning nodes: SGLang's cross-node broadcast
+    (``shm_broadcast``'s ZMQ socket, ``get_local_ip_auto``) binds and announces this address.
+    Without it SGLang guesses from a route to 8.8.8.8, then the hostname: on a node without a
+    default route (an isolated cluster network) that is a loopback or wrong address, and the
+    replica's ranks wait for each other for ever after "Init parallel". One node: not needed."""
+    return {"SGLANG_HOST_IP": address} if len(nodes) > 1 else {}
+
+
 def resolve_model_path(value: str) -> str:
     """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
     if value == BUILTIN_TOKENIZER:
@@ -329,6 +339,9 @@ def plan_deployment(
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
                 argv += _mock_gpu_flags(cluster, node, gpu_scope)
+                wire = cluster.mock.sglang_version
+                if wire != MOCK_WIRE_DEFAULT:  # the cluster file's mock.sglang_version
+                    argv += ["--mock-sglang-version", wire]
                 if clock is not None and rank == 0:  # rank 0 runs the replica's model
                     argv += ["--mock-clock", clock]
                 if cluster.mock.profile:  # inline: the node needs no file of ours
@@ -340,7 +353,8 @@ def plan_deployment(
                     replica_name=f"{replica.role or 'replica'}{number}",
                     node=node,
                     argv=tuple(argv),
-                    env={**socket_env, **cluster.server_env(layout, replica.side), **node.env},
+                    env={**socket_env, **_host_ip_env(nodes, addr(node) or node.host),
+                         **cluster.server_env(layout, replica.side), **node.env},
                     replica=replica.index,
                     rank=rank,
                     port=http_port,

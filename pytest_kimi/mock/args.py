@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kimi.mock.speculative import ALGORITHMS, DEFAULT_MAX_RUNNING, Speculation
+from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,15 @@ class MockArgs:
         return Speculation.from_args(self.values)
 
     def server_info(self) -> dict[str, Any]:
-        """The server arguments as ``/get_server_info`` reports them: SGLang's key names only
-        (every parsed flag is a ``ServerArgs`` field of SGLang 0.5.9; the ``--mock-*`` ones
-        are left out)."""
+        """The parsed server arguments under SGLang's key names (every parsed flag is a
+        ``ServerArgs`` field; the ``--mock-*`` ones are left out). ``/get_server_info`` lays
+        them over the version's recorded answer (:mod:`pytest_kimi.mock.wire.info`)."""
         return {k: v for k, v in self.values.items() if not k.startswith("mock_")}
+
+    @property
+    def wire(self) -> str:
+        """The SGLang version whose answers the mock gives (``--mock-sglang-version``)."""
+        return str(self.values["mock_sglang_version"])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,12 +101,28 @@ def _parser() -> argparse.ArgumentParser:
     add("--disaggregation-decode-dp", type=int, default=None)
     add("--disaggregation-prefill-pp", type=int, default=1)  # decode side
     add("--decode-log-interval", type=int, default=40)
+    add("--max-total-tokens", type=int, default=None)
+    add("--skip-server-warmup", action="store_true")
     add("--speculative-algorithm", default=None, choices=ALGORITHMS)
     add("--speculative-draft-model-path", "--speculative-draft-model",
         dest="speculative_draft_model_path", default=None)  # fmt: skip
     add("--speculative-num-steps", type=int, default=None)
     add("--speculative-eagle-topk", type=int, default=None)
     add("--speculative-num-draft-tokens", type=int, default=None)
+    _mock_flags(p)
+    return p
+
+
+def _mock_flags(p: argparse.ArgumentParser) -> None:
+    """The mock's own flags (``--mock-*``): never SGLang's, never in its answers."""
+    add = p.add_argument
+    add(
+        "--mock-sglang-version",
+        default=DEFAULT_VERSION,
+        choices=VERSIONS,
+        help="the SGLang version whose wire the mock speaks: its responses, meta_info keys, "
+        "errors, /get_server_info keys and /metrics families (pytest_kimi/mock/wire/)",
+    )
     add("--mock-time-scale", type=float, default=1.0, help="cluster seconds per wall second")
     add("--mock-profile", default=None, help="performance profile: inline JSON or a file")
     add("--mock-seed", type=int, default=0)
@@ -154,7 +176,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="fault knob, repeatable (see pytest_kimi/mock/faults.py)",
     )
-    return p
 
 
 def parse_args(argv: Sequence[str]) -> MockArgs:

@@ -51,18 +51,6 @@ class Arrival:
     drafts: Drafts | None = field(default=None, compare=False)
 
 
-@dataclass
-class FinishedCounters:
-    """SGLang's request counters: its tokenizer manager adds a request's prompt and
-    generated tokens when the request *finishes* (``observe_one_finished_request``), and
-    counts an abort apart; so do these."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    aborted: int = 0
-
-
 PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
 HELD_POLL_S = 0.0005  # while the shared clock is held, how often to look again (wall)
 BOUND_POLL_S = 0.05  # while only an outside bound (Engine.bounds) stops the clock (wall)
@@ -95,7 +83,6 @@ class Engine:
         self.on_finish: list[Callable[[str], None]] = []  # a request's last token came out
         self.wake = asyncio.Event()
         self.emitted_tokens = 0  # as generated: what the crash-after-tokens fault counts
-        self.counters = FinishedCounters()
         self.stalled = False  # a fault: the scheduler stops making progress
         self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
@@ -158,14 +145,26 @@ class Engine:
         self.streams[rid] = stream
         return stream
 
-    def abort(self, rid: str) -> None:
-        """The client went away: forget its stream and free its slot in the model."""
-        self.streams.pop(rid, None)
+    def abort(self, rid: str, notify: bool = False) -> bool:
+        """Forget a request's stream and free its slot in the model: its client went away, or
+        (``notify``) ``/abort_request`` named it, and its stream then ends with an aborted
+        event after the tokens already made. Whether the request was still known (running
+        or waiting)."""
+        stream = self.streams.pop(rid, None)
         self.arrivals = [a for a in self.arrivals if a.rid != rid]
-        req = self.sim.requests.get(rid)
-        if req is None or req.finished_at is None:
-            self.counters.aborted += 1
         self.sim.abort(rid)
+        if stream is not None and notify:
+            made = stream.request.generated
+            stream.queue.put_nowait(TokenEvent(rid, self.sim.now, 0, made, True, aborted=True))
+        return stream is not None
+
+    def wall_of(self, t: float) -> float:
+        """Cluster time ``t`` as a time of day (``time.time()``): when this process played
+        it. On a shared clock, which may have stood still since, the time of day now less
+        the cluster time since ``t`` at the time scale."""
+        if self.shared is None:
+            return self.origin + t / self.time_scale + self.day_offset
+        return time.time() - (self.cluster_now() - t) / self.time_scale
 
     @property
     def running(self) -> int:
@@ -275,12 +274,6 @@ class Engine:
                 stream.request = req
         self._dispatch(self.sim.advance(until))
 
-    def _count_finished(self, event: TokenEvent) -> None:
-        req = self.sim.requests.get(event.rid)
-        self.counters.requests += 1
-        self.counters.prompt_tokens += req.prompt_tokens if req is not None else 0
-        self.counters.generation_tokens += event.generated
-
     def _dispatch(self, events: list[TokenEvent]) -> None:
         if self.shared is not None and self.tokens_read:  # before any stream sees them: the
             # reader lets go
@@ -288,8 +281,6 @@ class Engine:
             self.shared.hold_if_attached(owed)
         for event in events:
             self.emitted_tokens += event.count
-            if event.finished:
-                self._count_finished(event)
             stream = self.streams.get(event.rid)
             if stream is not None:
                 stream.queue.put_nowait(event)

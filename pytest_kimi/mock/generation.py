@@ -1,7 +1,12 @@
 """One generation request from arrival to ``[DONE]``: fault checks, the engine, the stream.
 
 The API modules (native ``/generate``, the OpenAI routes) parse their bodies and say how a
-request's progress looks on the wire (a ``render`` function); everything else is here.
+request's progress looks on the wire (a ``render`` function); everything else is here: the
+request's times (:class:`~pytest_kimi.mock.wire.meta.Times`), its outputs as SGLang's HTTP
+side has them (every token of a stream; every 50 tokens and the last of a whole request),
+what they count in ``/metrics`` (:class:`~pytest_kimi.mock.exported.ServerMetrics`), and
+its end: all its tokens, an ``/abort_request`` (a last chunk with an abort finish reason),
+or its client going away.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from itertools import accumulate
 from typing import Any
 
 from aiohttp import web
@@ -24,83 +28,27 @@ from pytest_kimi.mock.http_common import (
     ENGINE_KEY,
     FAULTS_KEY,
     GATE_KEY,
+    METRICS_KEY,
+    RECEIVED_KEY,
     SIDE_KEY,
+    SSE_HEADERS,
     BadRequest,
     error_body,
+    json_response,
     sse,
 )
+from pytest_kimi.mock.reqstate import State, Words, output_words
 from pytest_kimi.mock.speculative import Drafts, acceptance, prompt_seed
-from pytest_kimi.mock.tokenizer_files import count_tokens, vocabulary
+from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.mock.wire.meta import Progress, Times
 
 log = logging.getLogger("sglang.mock")
-
-
-class Words:
-    """A request's whole output text, built once, with each token's start offset."""
-
-    def __init__(self, words: list[str]) -> None:
-        pieces = [" " + w for w in words]
-        self.text = "".join(pieces)
-        self.offsets = [0, *accumulate(len(p) for p in pieces)]
-
-
-class State:
-    """A request's progress, as renderers need it. ``replica`` is set only under
-    ``--mock-replica-header``: SGLang's ``meta_info`` has no such key."""
-
-    def __init__(
-        self, rid: str, prompt: int, words: Words, generated: int, done: bool, started: float,
-        replica: str | None = None, spec: dict[str, Any] | None = None, before: int | None = None,
-    ) -> None:  # fmt: skip
-        self.rid, self.prompt, self.words, self.replica = rid, prompt, words, replica
-        self.generated, self.done, self.started = generated, done, started
-        # tokens sent before this chunk: one fewer, or several under speculative decoding
-        self.before = generated - 1 if before is None else before
-        self.spec = spec or {}  # a finished request's speculative-decoding keys
-
-    def text(self, start: int = 0) -> str:
-        """Tokens ``start`` .. generated as text: a slice, not a rebuild (O(1) per chunk)."""
-        return self.words.text[self.words.offsets[start] : self.words.offsets[self.generated]]
-
-    def new_text(self) -> str:
-        """The tokens this chunk adds (an OpenAI delta)."""
-        return self.text(self.before)
-
-    def span(self, start: int, end: int) -> str:
-        """Tokens ``start`` .. ``end`` as text."""
-        return self.words.text[self.words.offsets[start] : self.words.offsets[end]]
-
-    def meta(self) -> dict[str, Any]:
-        """SGLang 0.5.9's ``meta_info`` keys (tokenizer_manager.py): ``e2e_latency`` only once
-        the request has finished, as there."""
-        finish = {"type": "length", "length": self.generated} if self.done else None
-        meta: dict[str, Any] = {
-            "id": self.rid,
-            "finish_reason": finish,
-            "prompt_tokens": self.prompt,
-            "weight_version": "default",
-            "total_retractions": 0,
-            "completion_tokens": self.generated,
-            "cached_tokens": 0,
-        }
-        if self.done:
-            meta["e2e_latency"] = time.monotonic() - self.started
-            meta.update(self.spec)
-        if self.replica is not None:
-            meta["kimi_replica"] = self.replica
-        return meta
-
+FORCE_STREAM_INTERVAL = 50  # a whole request's outputs come every 50 tokens (SGLang's
+# DEFAULT_FORCE_STREAM_INTERVAL, scheduler_output_processor_mixin.py)
 
 # ``render(state)`` -> chunks to stream; ``render(state, whole=True)`` -> the non-streamed
 # body; ``render(state, tail=True)`` -> chunks after the last token (a usage chunk).
 Render = Callable[..., Any]
-
-
-def output_words(rid: str, count: int) -> list[str]:
-    """Deterministic output text: ``count`` vocabulary words chosen from the request id."""
-    vocab = vocabulary()
-    seed = sum(rid.encode()) if rid else 0
-    return [vocab[(seed + 7 * i) % len(vocab)] for i in range(count)]
 
 
 def prompt_tokens(value: Any) -> int:
@@ -118,6 +66,12 @@ def sampling(body: dict[str, Any], key: str, default: int) -> tuple[int, bool]:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BadRequest(f"{key} must be a positive integer")
     return value, bool(body.get("stream", False))
+
+
+def request_id(body: dict[str, Any]) -> str:
+    """The body's ``rid`` (SGLang answers and aborts by it), else a fresh one like SGLang's."""
+    rid = body.get("rid")
+    return rid if isinstance(rid, str) and rid else uuid.uuid4().hex
 
 
 def die(why: str) -> None:
@@ -164,11 +118,98 @@ async def _submit(
     return await side.submit(rid, prompt, max_new, boot, drafts), max_new
 
 
-def _abort(request: web.Request, rid: str) -> None:
-    request.app[ENGINE_KEY].abort(rid)
+def _abort(request: web.Request, rid: str) -> bool:
+    """Drop a request whose client went away; whether the engine still had it."""
+    known = request.app[ENGINE_KEY].abort(rid)
     side = request.app.get(SIDE_KEY)
     if isinstance(side, PrefillSide | DecodeSide):
         side.forget(rid)
+    return known
+
+
+class Exchange:
+    """One request's answer in the making: its times, its outputs as the HTTP side has them,
+    and what they count (see the module docstring)."""
+
+    def __init__(self, request: web.Request, rid: str, prompt: int, stream: bool,
+                 handle: Stream) -> None:  # fmt: skip
+        self.request, self.rid, self.prompt, self.stream = request, rid, prompt, stream
+        self.handle, self.engine = handle, request.app[ENGINE_KEY]
+        self.metrics, self.args = request.app[METRICS_KEY], request.app[ARGS_KEY]
+        # sent to the scheduler: its arrival in the model, as a time of day
+        self.dispatched = self.engine.wall_of(handle.request.arrival)
+        self.received = min(float(request.get(RECEIVED_KEY, time.time())), self.dispatched)
+        self.sent: float | None = None  # the first answer went out
+        self.first_output: float | None = None
+        self.last_output, self.last_tokens, self.events, self.outputs = 0.0, 0, 0, 0
+
+    def times(self, finished: float | None = None) -> Times:
+        """The request's times now; ``finished``: its last output's (a final answer's). Each
+        model time is its time of day, no earlier than what came before it."""
+        req, wall = self.handle.request, self.engine.wall_of
+        admitted = first = None
+        if req.admitted_at is not None:
+            admitted = max(self.dispatched, wall(req.admitted_at))
+            if req.token_times:
+                first = max(admitted, wall(req.token_times[0]))
+        if finished is not None:
+            finished = max(finished, first or admitted or self.dispatched)
+        # a decode throughput needs a first output before the last one (SGLang's
+        # first_token_time is set by the first output the HTTP side gets)
+        earlier = self.first_output if finished is None or self.outputs > 1 else None
+        return Times(self.received, self.dispatched, admitted, first, finished, self.sent,
+                     earlier)  # fmt: skip
+
+    def state(self, words: Words, generated: int, before: int, finish: str | None,
+              first_chunk: bool, now: float) -> State:  # fmt: skip
+        spec = _spec_meta(self.engine, self.handle) if finish is not None else {}
+        progress = Progress(self.rid, self.prompt, generated, finish, self.stream, first_chunk,
+                            spec)  # fmt: skip
+        replica = f"{self.args.host}:{self.args.port}" if self.args.mock_replica_header else None
+        times = self.times(now if finish is not None else None)
+        return State(progress, times, words, version=self.args.wire,
+                     metrics=bool(self.args.enable_metrics), before=before,
+                     replica=replica)  # fmt: skip
+
+    def event(self, generated: int, finished: bool, now: float) -> None:
+        """A token event reached the HTTP side: the scheduler's queue and prefill times once,
+        and an output (time to first token, or inter-token latency) where SGLang has one."""
+        self.events += 1
+        if self.events == 1:
+            t = self.times()
+            if t.admitted is not None and t.first_token is not None:
+                self.metrics.admitted(t.admitted - t.dispatched, t.first_token - t.admitted)
+        crossed = generated // FORCE_STREAM_INTERVAL > self.last_tokens // FORCE_STREAM_INTERVAL
+        if not (self.stream or finished or crossed):
+            return
+        self.outputs += 1
+        if self.first_output is None:
+            self.first_output = now
+            self.metrics.first_output(now - self.received, self.stream)
+        elif generated > self.last_tokens:
+            self.metrics.later_output(now - self.last_output, generated - self.last_tokens)
+        self.last_output, self.last_tokens = now, generated
+
+    @property
+    def waiting(self) -> bool:
+        """Not yet run by the scheduler: an abort now is answered by the tokenizer manager
+        alone (``_handle_abort_req``), no output and nothing counted but the abort."""
+        return self.handle.request.admitted_at is None
+
+    def end(self, generated: int, now: float) -> None:
+        """The request's last output: what a finished (or aborted) request counts."""
+        if self.waiting:
+            return
+        first = self.times().first_token
+        decode = now - first if first is not None else None
+        self.metrics.finished(self.prompt, generated, self.stream, now - self.received, decode)
+
+    def abandon(self, generated: int) -> None:
+        """Its client went away: abort it (counted as SGLang's ``abort_request`` counts it)
+        and count its last output."""
+        if _abort(self.request, self.rid):
+            self.metrics.aborted()
+            self.end(generated, time.time())
 
 
 async def run_generation(
@@ -184,63 +225,84 @@ async def run_generation(
         die(f"crash at request {faults.requests_seen}")
     if faults.should_fail_request():
         raise web.HTTPInternalServerError(
-            text=error_body("mock fault: internal error", 500, "500"),
+            body=error_body("mock fault: internal error", 500, "500").encode(),
             content_type="application/json",
         )
     if faults.hold_until_late_health:  # test-only: wait until /health was seen late while busy
         await request.app[GATE_KEY].hold()
-    rid = uuid.uuid4().hex
+    rid = request_id(body or {})
     try:  # a client that goes away while a disaggregated side waits frees what it took
         drafts = _drafts(engine, source)
         handle, max_new = await _submit(request, rid, prompt, max_new, body or {}, drafts)
     except BaseException:
         _abort(request, rid)
         raise
-    args = request.app[ARGS_KEY]
-    replica = f"{args.host}:{args.port}" if args.mock_replica_header else None
-    words = Words(output_words(rid, max_new))
-    started = time.monotonic()
-    response: web.StreamResponse | None = None
-    if stream:
-        headers = {"Content-Type": "text/event-stream"}
-        if replica is not None:
-            headers["X-Kimi-Replica"] = replica
-        response = web.StreamResponse(headers=headers)
-        await response.prepare(request)
+    ex = Exchange(request, rid, prompt, stream, handle)
+    words = output_words(rid, max_new)
+    if not stream:
+        return await _whole(ex, words, render)
+    return await _streamed(ex, words, render)
+
+
+async def _whole(ex: Exchange, words: Words, render: Render) -> web.Response:
+    generated, finish = 0, None
     try:
-        generated = 0
-        while generated < max_new:
-            event = await handle.queue.get()
-            before, generated = generated, event.generated
-            if response is not None:
-                spec = _spec_meta(engine, handle) if event.finished else None
-                state = State(rid, prompt, words, generated, event.finished, started, replica,
-                              spec, before)  # fmt: skip
-                for chunk in render(state):
-                    await response.write(sse(chunk))
-                if faults.malformed_after_tokens is not None and (
-                    generated >= faults.malformed_after_tokens
-                ):
-                    await response.write(b"data: {this is not json\n\n")
-                if (
-                    faults.crash_after_tokens is not None
-                    and engine.emitted_tokens >= faults.crash_after_tokens
-                ):
-                    die(f"crash after {engine.emitted_tokens} generated tokens")
-                if faults.cut_after_tokens is not None and generated >= faults.cut_after_tokens:
-                    log.error("mock fault: cutting stream %s after %d tokens", rid, generated)
-                    _abort(request, rid)
-                    if request.transport is not None:
-                        request.transport.close()
-                    return response
-        final = State(rid, prompt, words, generated, True, started, replica,
-                      _spec_meta(engine, handle))  # fmt: skip
+        while finish is None:
+            event = await ex.handle.queue.get()
+            generated = event.generated
+            finish = "abort" if event.aborted else ("length" if event.finished else None)
+            if not ex.waiting:
+                ex.event(generated, finish is not None, time.time())
     except BaseException:
-        _abort(request, rid)
+        ex.abandon(generated)
         raise
-    if response is None:
-        return web.json_response(render(final, whole=True))
-    for chunk in render(final, tail=True):
+    now = time.time()
+    ex.end(generated, now)
+    ex.sent = now  # the whole answer goes out now
+    return json_response(render(ex.state(words, generated, 0, finish, True, now), whole=True))
+
+
+async def _streamed(ex: Exchange, words: Words, render: Render) -> web.StreamResponse:
+    request, faults, engine = ex.request, ex.request.app[FAULTS_KEY], ex.engine
+    headers = dict(SSE_HEADERS)
+    if ex.args.mock_replica_header:
+        headers["X-Kimi-Replica"] = f"{ex.args.host}:{ex.args.port}"
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    generated, finish = 0, None
+    try:
+        while finish is None:
+            event = await ex.handle.queue.get()
+            now = time.time()
+            before, generated = generated, event.generated
+            finish = "abort" if event.aborted else ("length" if event.finished else None)
+            if not ex.waiting:
+                ex.event(generated, finish is not None, now)
+            first = ex.sent is None
+            ex.sent = now if first else ex.sent
+            for chunk in render(ex.state(words, generated, before, finish, first, now)):
+                await response.write(sse(chunk))
+            if faults.malformed_after_tokens is not None and (
+                generated >= faults.malformed_after_tokens
+            ):
+                await response.write(b"data: {this is not json\n\n")
+            if (
+                faults.crash_after_tokens is not None
+                and engine.emitted_tokens >= faults.crash_after_tokens
+            ):
+                die(f"crash after {engine.emitted_tokens} generated tokens")
+            if faults.cut_after_tokens is not None and generated >= faults.cut_after_tokens:
+                log.error("mock fault: cutting stream %s after %d tokens", ex.rid, generated)
+                ex.abandon(generated)
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+    except BaseException:
+        ex.abandon(generated)
+        raise
+    now = time.time()
+    ex.end(generated, now)
+    for chunk in render(ex.state(words, generated, generated, finish, False, now), tail=True):
         await response.write(sse(chunk))
     await response.write(sse("[DONE]"))
     await response.write_eof()

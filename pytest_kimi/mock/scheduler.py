@@ -71,13 +71,15 @@ class SimRequest:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """``count`` new tokens for ``rid`` at cluster time ``time``."""
+    """``count`` new tokens for ``rid`` at cluster time ``time``; ``aborted``: no tokens, the
+    request was aborted (``/abort_request``) and ends here."""
 
     rid: str
     time: float
     count: int
     generated: int
     finished: bool
+    aborted: bool = False
 
 
 @dataclass

@@ -1,17 +1,33 @@
 """SGLang's read-only endpoints: health, model and server info, load, Prometheus metrics,
-and ``/flush_cache``. What the router and the product ask a server about itself."""
+and ``/flush_cache``, ``/freeze_gc``. What the router and the product ask a server about
+itself, in the keys of the mock's wire version (:mod:`pytest_kimi.mock.wire.info`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from aiohttp import web
 
 from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
-from pytest_kimi.mock.http_common import ARGS_KEY, ENGINE_KEY, FAULTS_KEY, GATE_KEY, SIDE_KEY
+from pytest_kimi.mock.exported import PER_STAGE
+from pytest_kimi.mock.http_common import (
+    ARGS_KEY,
+    ENGINE_KEY,
+    FAULTS_KEY,
+    GATE_KEY,
+    METRICS_KEY,
+    SIDE_KEY,
+    bare_response,
+    json_response,
+)
+from pytest_kimi.mock.wire import info as wire_info
 
-VERSION = "0.5.9-kimi-mock"
+log = logging.getLogger("sglang.mock")
+VERSION = "0.5.9-kimi-mock"  # the default wire version's; /get_server_info says the one used
+# the exposition format prometheus_client 0.26 (both versions' pin) answers a plain scrape in
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def health(request: web.Request) -> web.Response:
@@ -29,37 +45,39 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+# SGLang's old names of its endpoints, which answer and log that they are deprecated
+DEPRECATED = {"/get_model_info": "/model_info", "/get_server_info": "/server_info",
+              "/get_load": "/v1/loads"}  # fmt: skip
+
+
+def _deprecated(request: web.Request) -> None:
+    new = DEPRECATED.get(request.path)
+    if new is not None:
+        log.warning("Endpoint '%s' is deprecated and will be removed in a future version. "
+                    "Please use '%s' instead.", request.path, new)  # fmt: skip
+
+
 async def model_info(request: web.Request) -> web.Response:
+    _deprecated(request)
     args = request.app[ARGS_KEY]
-    return web.json_response(
-        {
-            "model_path": args.model_path,
-            "tokenizer_path": args.tokenizer_path or args.model_path,
-            "is_generation": True,
-            "preferred_sampling_params": None,
-            "weight_version": "default",
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": "kimi_mock",
-            "architectures": ["KimiMockForCausalLM"],
-        }
-    )
+    return json_response(wire_info.model_info(args.wire, args.server_info()))
 
 
 async def server_info(request: web.Request) -> web.Response:
+    _deprecated(request)
     args, engine = request.app[ARGS_KEY], request.app[ENGINE_KEY]
-    info = args.server_info()
-    info["status"] = "ready"  # scheduler_info, merged in by SGLang's /server_info
-    state = {**args.server_info(), "last_gen_throughput": 0.0}
+    scheduler: dict[str, float | int] = {
+        "max_total_num_tokens": request.app[METRICS_KEY].total_tokens,
+        "max_running_requests": engine.sim.max_running,
+    }
     average = engine.sim.spec_counters.average()
     if engine.sim.spec is not None and average is not None:  # Scheduler.get_internal_state
-        state["avg_spec_accept_length"] = average
-    info["internal_states"] = [state]
-    info["version"] = VERSION
+        scheduler["avg_spec_accept_length"] = average
+    info = wire_info.server_info(args.wire, args.server_info(), scheduler)
     if args.mock_server_info_extras:  # keys SGLang lacks: only when asked for
         info["unrecognized_args"] = list(args.unknown)
         info["kimi_mock"] = {"time_scale": engine.time_scale, "profile": args.profile}
-    return web.json_response(info)
+    return json_response(info)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -70,100 +88,55 @@ async def models(request: web.Request) -> web.Response:
         "created": int(time.time()),
         "owned_by": "sglang",
         "root": args.served_model_name,
+        "parent": None,
         "max_model_len": args.context_length,
     }
-    return web.json_response({"object": "list", "data": [model]})
+    return json_response({"object": "list", "data": [model]})
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    return web.Response(text="Cache flushed.\nPlease check backend logs for more details.\n")
+    return bare_response("Cache flushed.\nPlease check backend logs for more details. (When "
+                         "there are running or waiting requests, the operation will not be "
+                         "performed.)\n")  # fmt: skip
+
+
+async def freeze_gc(request: web.Request) -> web.Response:
+    """SGLang freezes its processes' garbage collectors; the mock has nothing to freeze."""
+    return bare_response("Garbage collection frozen.\n")
 
 
 async def get_load(request: web.Request) -> web.Response:
+    """0.5.9's ``GetLoadReqOutput`` (0.5.23 has no ``/get_load``)."""
+    _deprecated(request)
     engine = request.app[ENGINE_KEY]
-    load = {"dp_rank": 0, "num_reqs": engine.running, "num_waiting_reqs": engine.queued}
-    return web.json_response([load])
-
-
-def _family(name: str, kind: str, doc: str, labels: str, value: float) -> list[str]:
-    return [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{labels} {value}"]
+    tokens = sum(r.prompt_tokens + r.generated for r in engine.sim.running
+                 if r.finished_at is None)  # fmt: skip
+    load = {"rid": None, "http_worker_ipc": None, "dp_rank": None, "num_reqs": engine.running,
+            "num_waiting_reqs": engine.queued, "num_tokens": tokens,
+            "ts_tic": time.perf_counter()}  # fmt: skip
+    return json_response([load])
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """SGLang 0.5.9's metric names and labels (srt/metrics/collector.py): the scheduler's
-    gauges carry ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank``, the tokenizer
-    manager's counters ``model_name`` only, and count finished requests."""
-    args, engine = request.app[ARGS_KEY], request.app[ENGINE_KEY]
-    if not args.enable_metrics:
-        return web.Response(status=404, text="metrics are off; start with --enable-metrics\n")
-    model = args.served_model_name
-    kind = args.disaggregation_mode if args.disaggregation_mode != "null" else "unified"
-    sched = (
-        f'{{model_name="{model}",engine_type="{kind}",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
-    )
-    tok = f'{{model_name="{model}"}}'
-    done, spec = engine.counters, engine.sim.spec_counters
-    lines = [
-        *_family("sglang:num_running_reqs", "gauge", "The number of running requests.",
-                 sched, engine.running),
-        *_family("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
-                 sched, engine.queued),
-        *_family("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-                 tok, done.prompt_tokens),
-        *_family("sglang:generation_tokens_total", "counter",
-                 "Number of generation tokens processed.", tok, done.generation_tokens),
-        *_family("sglang:num_requests_total", "counter", "Number of requests processed.",
-                 tok, done.requests),
-        *_family("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.",
-                 tok, done.aborted),
-    ]  # fmt: skip
-    if spec.logged:  # SGLang's scheduler sets these at each decode log; no sample before one
-        lines += [
-            *_family("sglang:spec_accept_length", "gauge",
-                     "The average acceptance length of speculative decoding.", sched,
-                     spec.accept_length),
-            *_family("sglang:spec_accept_rate", "gauge",
-                     "The average acceptance rate of speculative decoding (`accepted tokens / "
-                     "total draft tokens` in batch).", sched, spec.accept_rate),
-        ]  # fmt: skip
+    """The wire version's families with the mock's values
+    (:class:`~pytest_kimi.mock.exported.ServerMetrics`); a disaggregated server's per-stage
+    latencies and queue gauges come from its side."""
+    args, engine, counts = request.app[ARGS_KEY], request.app[ENGINE_KEY], request.app[METRICS_KEY]
+    if not args.enable_metrics:  # SGLang mounts /metrics only with --enable-metrics
+        return json_response({"detail": "Not Found"}, 404)
     side = request.app.get(SIDE_KEY)
-    if isinstance(side, PrefillSide | DecodeSide):
-        lines += _disaggregation(side, engine.cluster_now(), sched)
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+    if not isinstance(side, PrefillSide | DecodeSide):
+        return _text(counts.render(engine))
+    for name, value in side.gauges(engine.cluster_now()).items():
+        counts.gauge(f"sglang:{name}", value)
+    kind = args.disaggregation_mode
+    sched = (f'{{engine_type="{kind}",model_name="{args.served_model_name}",moe_ep_rank="0",'
+             f'pp_rank="0",tp_rank="0"}}')  # fmt: skip
+    stages = side.stages.lines(sched)
+    return _text(counts.render(engine, skip=(PER_STAGE,)) + "\n".join(stages) + "\n")
 
 
-# SGLang 0.5.9's PD gauges (srt/metrics/collector.py, SchedulerMetricsCollector)
-QUEUE_DOCS = {
-    "num_prefill_prealloc_queue_reqs": "The number of requests in the prefill prealloc queue.",
-    "num_prefill_inflight_queue_reqs": "The number of requests in the prefill inflight queue.",
-    "num_decode_prealloc_queue_reqs": "The number of requests in the decode prealloc queue.",
-    "num_decode_transfer_queue_reqs": "The number of requests in the decode transfer queue.",
-}
-# exported by a prefill server and never set in 0.5.9 (scheduler_metrics_mixin.py): always 0
-KV_TRANSFER_DOCS = {
-    "kv_transfer_speed_gb_s": "The transfer speed of the KV cache in GB/s.",
-    "kv_transfer_latency_ms": "The transfer latency of the KV cache in ms.",
-    "kv_transfer_bootstrap_ms": "The bootstrap time of the KV transfer in ms.",
-    "kv_transfer_alloc_ms": "The allocation waiting time of the KV transfer in ms.",
-    "kv_transfer_total_mb": "The total number of tokens transferred in the KV cache.",
-}
-PD_COUNTER_DOCS = {
-    "num_bootstrap_failed_reqs_total": "The number of bootstrap failed requests.",
-    "num_transfer_failed_reqs_total": "The number of transfer failed requests.",
-    "num_prefill_retries_total": "Total number of prefill retries.",
-}
-
-
-def _disaggregation(side: PrefillSide | DecodeSide, now: float, sched: str) -> list[str]:
-    """A disaggregated server's queue gauges, failure counters (declared: the mock has no
-    failures, and prometheus_client shows a labelled counter's sample from its first one),
-    the prefill's KV transfer gauges (0, as SGLang's) and the per-stage latency histogram."""
-    lines: list[str] = []
-    for name, value in side.gauges(now).items():
-        lines += _family(f"sglang:{name}", "gauge", QUEUE_DOCS[name], sched, value)
-    for name, doc in PD_COUNTER_DOCS.items():  # declared; no sample until one fails
-        lines += [f"# HELP sglang:{name} {doc}", f"# TYPE sglang:{name} counter"]
-    if isinstance(side, PrefillSide):
-        for name, doc in KV_TRANSFER_DOCS.items():
-            lines += _family(f"sglang:{name}", "gauge", doc, sched, 0.0)
-    return lines + side.stages.lines(sched)
+def _text(body: str) -> web.Response:
+    response = web.Response(body=body.encode())
+    response.headers["Content-Type"] = METRICS_CONTENT_TYPE
+    return response

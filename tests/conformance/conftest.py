@@ -1,4 +1,5 @@
-"""Fixtures for conformance tests against peer tools: a venv with the real peer, a mock server.
+"""Fixtures for conformance tests against peer tools: a venv with the real peer, a mock server,
+and (``wire_pair``) a real SGLang server of each version beside the mock speaking its wire.
 
 The peer (``sglang.bench_serving`` from sglang 0.5.9) lives in its own venv so its pins
 (transformers==4.57.1, ...) never touch the project's. ``KIMI_BENCH_SERVING_PYTHON`` names
@@ -12,11 +13,14 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.testing import realsglang
 from pytest_kimi.testing.peer import (
     DEFAULT_VENV,
     INSTALL_SCRIPT,
@@ -26,6 +30,7 @@ from pytest_kimi.testing.peer import (
     offline_env,
 )
 from pytest_kimi.testing.processes import Proc, mock_argv
+from pytest_kimi.testing.wireprobe import Transcript, run_probe
 
 INSTALL_TIMEOUT_S = 1200.0
 
@@ -88,3 +93,57 @@ def start_mock(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     yield start
     for server in servers:
         server.stop()
+
+
+@dataclass(frozen=True)
+class WirePair:
+    """One SGLang version's real server and the mock speaking its wire, each after the same
+    probe (:func:`pytest_kimi.testing.wireprobe.run_probe`): their transcripts, and what the
+    real server answers on the mock's own ``/kimi/...`` routes."""
+
+    version: str
+    real: Transcript
+    mock: Transcript
+    kimi_routes_on_real: dict[str, int]
+
+
+MOCK_TIME_SCALE = "20"  # the mock's decode step a few wall milliseconds: a 3000-token request
+# runs for seconds, long enough to abort, and the probe's 16-token ones are quick
+KIMI_ROUTES = (("GET", "/kimi/ground_truth"), ("POST", "/kimi/faults"))
+
+
+def _probe_both(version: str, real: realsglang.RealServer, mock: MockServer) -> WirePair:
+    mock.wait_http(mock.url + "/health")
+    real.wait_ready()
+    info = httpx.get(real.url + "/get_server_info", timeout=60, trust_env=False).json()
+    context = int(info["context_length"])
+    real_t, mock_t = run_probe(real.url, context), run_probe(mock.url, context)
+    kimi = {f"{method} {path}": httpx.request(method, real.url + path, json={}, timeout=60,
+                                              trust_env=False).status_code
+            for method, path in KIMI_ROUTES}  # fmt: skip
+    return WirePair(version, real_t, mock_t, kimi)
+
+
+@pytest.fixture(scope="module", params=realsglang.VERSIONS)
+def wire_pair(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[WirePair]:  # fmt: skip
+    """A real server of the version (its CPU venv, the tiny model) and the mock with
+    ``--mock-sglang-version``, on the same flags and model path, started together; both
+    probed once, then stopped (the real one's log checked for stand-in calls). Skips (or
+    fails, where real SGLang is required) when the version cannot be installed."""
+    version = request.param
+    python = realsglang.install(version)
+    logs = tmp_path_factory.mktemp(f"wire-{version}")
+    flags = (*realsglang.CPU_FLAGS, *realsglang.CONFORMANCE_FLAGS)
+    real = realsglang.RealServer(version, python, free_port(), logs / "real.log",
+                                 *realsglang.CONFORMANCE_FLAGS)  # fmt: skip
+    mock: MockServer | None = None
+    try:
+        mock = MockServer(free_port(), logs / "mock.log", "--model-path",
+                          str(realsglang.MODEL_DIR), *flags, "--mock-sglang-version", version,
+                          "--mock-time-scale", MOCK_TIME_SCALE)  # fmt: skip
+        yield _probe_both(version, real, mock)
+    finally:
+        if mock is not None:
+            mock.stop()
+        real.stop()

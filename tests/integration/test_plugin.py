@@ -235,8 +235,8 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
         [
             "# layout pp8 (TP4/PP8/EP4) on pro6000",
             "# replica1-node3-node608 on node608 (ssh node608, addr 10.0.0.8)",
-            "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN "
-            "/opt/sglang/venv/bin/python -m sglang.launch_server "
+            "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 SGLANG_HOST_IP=10.0.0.8 "
+            "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
             "--model-path /models/Kimi-K3 --tp-size 4 --pp-size 8 --ep-size 4 --nnodes 4 "
             "--node-rank 3 --dist-init-addr 10.0.0.5:5757 --host 10.0.0.8 --port 30001 "
             "--trust-remote-code --chunked-prefill-size 8192 --disable-radix-cache "

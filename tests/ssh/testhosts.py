@@ -8,8 +8,8 @@ A run (``TestCluster.create()``) builds, all unique to the run (random ``<id>`` 
 - host namespaces ``kimi-n<i>-<id>`` (i = 1..n) with ``eth0`` = ``10.213.X.(10+i)/24``, joined to
   the bridge by a veth pair created directly between the hub and the host namespace (nothing is
   ever created in the root namespace except the blackhole route);
-- per host an ``sshd`` in its own UTS + PID namespace (hostname ``node60<i>``), listening only on
-  the host's address, port 22;
+- per host an ``sshd`` in its own UTS + PID + mount namespace (hostname ``node60<i>``, its own
+  ``/dev/shm``), listening only on the host's address, port 22;
 - per run a host key per host, a user key, a second user key with a passphrase, ``known_hosts``,
   a ``known_hosts`` with a wrong key for host 1, an ``ssh_config`` mapping ``node60<i>`` to its
   address, and ``/etc/netns/<ns>/hosts`` so ``node60<i>`` resolves inside every namespace.
@@ -539,8 +539,12 @@ class TestCluster:
             (d / "hosts").write_text("\n".join(lines) + "\n")
 
     def _spawn_sshd(self, host: TestHost) -> None:
+        # its own /dev/shm, as a separate machine has: SGLang tells ranks on one node from
+        # ranks on another by whether a shared-memory segment one creates is visible to the
+        # other, and ranks it takes for one node talk over 127.0.0.1 (another namespace here)
         script = (
-            f"hostname {host.name}; {self._mask_bashrc()}exec {SSHD} -D -e -f {host.config_path}"
+            f"hostname {host.name}; mount -t tmpfs -o mode=1777 tmpfs /dev/shm; "
+            f"{self._mask_bashrc()}exec {SSHD} -D -e -f {host.config_path}"
         )
         argv = [_ip(), "netns", "exec", host.netns, "unshare", "--uts", "--pid", "--fork"]
         argv += ["--mount-proc", "--kill-child", "sh", "-c", script]

@@ -214,6 +214,7 @@ def test_pro6000_fixed_ports(pro6000: ClusterConfig) -> None:
             "NCCL_SOCKET_IFNAME": "eth0",
             "NCCL_IB_DISABLE": "0",
             "NCCL_DEBUG": "WARN",
+            "SGLANG_HOST_IP": s.node.addr,  # a replica over 4 nodes: each rank's own
         }
     rtr = p.router
     assert rtr.argv[:3] == ("/opt/sglang/venv/bin/python", "-m", "sglang_router.launch_router")
@@ -232,8 +233,8 @@ def test_pro6000_command_line(pro6000: ClusterConfig) -> None:
     p = plan_deployment(pro6000, pro6000.layout("tp32"))
     line = p.servers[0].command_line()
     assert line.startswith(
-        "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN "
-        "/opt/sglang/venv/bin/python -m sglang.launch_server "
+        "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 SGLANG_HOST_IP=10.0.0.1 "
+        "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
         "--model-path /models/Kimi-K3 --tp-size 32 --pp-size 1 --ep-size 4 --nnodes 4 "
         "--node-rank 0 --dist-init-addr 10.0.0.1:5757 --host 10.0.0.1 --port 30001 "
     )
@@ -412,7 +413,8 @@ def test_shell_runs_command_line_literally(tmp_path: Path) -> None:
         )  # fmt: skip
         seen = json.loads(out.stdout)
         assert seen["argv"] == list(spec.argv)
-        assert seen["env"] == dict(spec.env)
+        nasty = {k: v for k, v in spec.env.items() if k.startswith(("NASTY_", "EVIL"))}
+        assert seen["env"] == nasty
     assert_no_pwned(tmp_path)
 
 
@@ -437,3 +439,25 @@ def local_profile() -> dict:
     from pytest_kimi.config import load_cluster
 
     return dict(load_cluster(CLUSTERS / "local.yaml").mock.profile)
+
+
+def test_ranks_of_a_replica_spanning_nodes_announce_their_own_address(tmp_path: Path) -> None:
+    # SGLang's cross-node broadcast binds SGLANG_HOST_IP; unset, it guesses from a route to
+    # 8.8.8.8 or the hostname, which on an isolated cluster network is the wrong address
+    cfg = load_cluster(write_cluster(tmp_path, server="  model_path: /m"))
+    addrs = {"a": "10.0.0.1", "b": "10.0.0.2"}
+    p = plan_deployment(cfg, cfg.layout("tp8"), ports=iter(range(50000, 50010)), addrs=addrs)
+    assert [s.env["SGLANG_HOST_IP"] for s in p.servers] == ["10.0.0.1", "10.0.0.2"]
+    given = write_cluster(tmp_path, server="  model_path: /m\n  env: {SGLANG_HOST_IP: 1.2.3.4}")
+    cfg = load_cluster(given)  # the file's own value wins
+    p = plan_deployment(cfg, cfg.layout("tp8"), ports=iter(range(50000, 50010)), addrs=addrs)
+    assert {s.env["SGLANG_HOST_IP"] for s in p.servers} == {"1.2.3.4"}
+
+
+def test_a_replica_on_one_node_sets_no_host_address(tmp_path: Path) -> None:
+    path = write_cluster(tmp_path, server="  model_path: /m")
+    text = path.read_text().replace("nodes_per_replica: 2", "nodes_per_replica: 1")
+    path.write_text(text.replace("tp: 8", "tp: 4"))
+    cfg = load_cluster(path)
+    p = plan_deployment(cfg, cfg.layout("tp8"), ports=iter(range(50000, 50010)))
+    assert all("SGLANG_HOST_IP" not in s.env for s in p.servers)

@@ -50,7 +50,8 @@ def test_the_dry_run_shows_the_allocation_and_every_step():
         # only these variables of this machine reach the node (values through srun's
         # environment); the base set a shell needs, then the process's own
         export = ("--export=PATH,HOME,USER,LOGNAME,LANG,LC_ALL,TZ,TMPDIR,GLOO_SOCKET_IFNAME,"
-                  "NCCL_DEBUG,NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,PYTHONUNBUFFERED")  # fmt: skip
+                  "NCCL_DEBUG,NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,PYTHONUNBUFFERED,"
+                  "SGLANG_HOST_IP")  # fmt: skip
         assert (f'srun --jobid="$JOB" --overlap --nodes=1 --ntasks=1 --nodelist={node} '
                 f"--job-name=replica{i // 4}-node{i % 4}-{node} --unbuffered {export} "
                 "--gres=gpu:8 --cpu-bind=none --input=none sh -c ") in line  # fmt: skip

@@ -1,0 +1,161 @@
+"""Record what a real SGLang version sends into the mock's wire file for that version.
+
+    python scripts/capture_sglang_wire.py 0.5.23            # starts the version's CPU server
+    python scripts/capture_sglang_wire.py 0.5.9 --url http://127.0.0.1:31009   # one running
+
+The server runs the tiny model on a CPU (``pytest_kimi.testing.realsglang``: the version's venv,
+its CPU flags and the conformance flags). The script sends the conformance probe's traffic
+(``pytest_kimi.testing.wireprobe``) and writes ``pytest_kimi/mock/wire/sglang-<version>.json``:
+``/get_server_info`` and ``/get_model_info`` as answered, and every ``/metrics`` family with
+its type, help text, label names, the label sets it shows once ready and by the end, its
+histogram buckets and a gauge's values at start-up. Label values that belong to the run
+(``model_name``, ``pid``, ``engine_type``, ``num_pages``, ``page_size``) become placeholders
+the mock fills in. Nothing is edited by hand: rerun this when a version's wire changes, and
+``tests/conformance/test_mock_vs_sglang.py`` says whether the mock still matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_kimi.mock.wire import VERSIONS, wire_file  # noqa: E402
+from pytest_kimi.testing.wireprobe import Transcript, run_probe  # noqa: E402
+
+PLACEHOLDERS = ("model_name", "pid", "engine_type", "num_pages", "page_size")
+SAMPLE_SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
+
+
+def _labels(labels: dict[str, str], histogram: bool) -> dict[str, str]:
+    """A sample's labels with run-specific values as ``{name}``; a histogram's without its
+    bucket's ``le`` (a gauge may have a label of that name: SGLang's routing-key counts)."""
+    return {k: (f"{{{k}}}" if k in PLACEHOLDERS else v) for k, v in sorted(labels.items())
+            if not (histogram and k == "le")}  # fmt: skip
+
+
+def _families(text: str) -> dict[str, dict[str, Any]]:
+    """Exposition name -> type, help, label names, label sets, buckets, gauge values."""
+    out: dict[str, dict[str, Any]] = {}
+    for family in text_string_to_metric_families(text):
+        # the parser drops a counter's ``_total``; SGLang's exposition names carry it
+        name = family.name + "_total" if family.type == "counter" else family.name
+        sets: list[dict[str, str]] = []
+        names: set[str] = set()
+        buckets: list[str] = []
+        values: list[float] = []
+        histogram = family.type == "histogram"
+        for sample in family.samples:
+            names |= set(sample.labels) - ({"le"} if histogram else set())
+            if histogram and "le" in sample.labels and sample.labels["le"] not in buckets:
+                buckets.append(sample.labels["le"])
+            labels = _labels(sample.labels, histogram)
+            if labels not in sets:
+                sets.append(labels)
+                if family.type == "gauge":
+                    values.append(sample.value)
+        out[name] = {"name": name, "type": family.type, "help": family.documentation,
+                     "labels": sorted(names), "sets": sets, "buckets": buckets,
+                     "values": values}  # fmt: skip
+    return out
+
+
+def metric_families(ready: str, final: str) -> list[dict[str, Any]]:
+    """Every family of the last scrape (and any only the first had), in the server's order."""
+    first, last = _families(ready), _families(final)
+    out = []
+    for name in [*last, *(n for n in first if n not in last)]:
+        fam = last.get(name) or first[name]
+        at_start = first.get(name)
+        entry = {"name": name, "type": fam["type"], "help": fam["help"],
+                 "labels": sorted(set(fam["labels"]) | set((at_start or {}).get("labels", []))),
+                 "ready": at_start["sets"] if at_start else [], "seen": fam["sets"]}  # fmt: skip
+        if fam["buckets"]:
+            entry["buckets"] = fam["buckets"]
+        if fam["type"] == "gauge" and at_start:
+            entry["values"] = at_start["values"]
+        out.append(entry)
+    return out
+
+
+def _scrub(value: Any) -> Any:
+    """This checkout's absolute paths as paths relative to it (no machine's paths shipped)."""
+    if isinstance(value, str):
+        return value.replace(str(ROOT) + "/", "")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    return value
+
+
+def recording(version: str, transcript: Transcript, flags: Iterable[str]) -> dict[str, Any]:
+    info = transcript.answers["info/get_server_info"].body
+    if str(info.get("version")) != version:
+        raise SystemExit(f"the server says it is SGLang {info.get('version')}, not {version}")
+    return {
+        "version": version,
+        "captured_with": {"script": "scripts/capture_sglang_wire.py",
+                          "model": "pytest_kimi/data/tiny-model", "flags": list(flags)},
+        "server_info": _scrub(info),
+        "model_info": _scrub(transcript.answers["info/get_model_info"].body),
+        "metrics": metric_families(transcript.metrics["ready"], transcript.metrics["aborted"]),
+    }  # fmt: skip
+
+
+def _capture_live(version: str, url: str | None) -> tuple[Transcript, list[str]]:
+    from pytest_kimi.deploy.plan import free_port
+    from pytest_kimi.testing import realsglang
+
+    flags = [*realsglang.CPU_FLAGS, *realsglang.CONFORMANCE_FLAGS]
+    if url is not None:
+        context = int(json_get(url + "/get_server_info")["context_length"])
+        return run_probe(url, context), flags
+    python = realsglang.venv_dir(version) / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"no SGLang {version} venv at {python.parent.parent}: run "
+                         f"scripts/install_real_sglang.sh {version}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        server = realsglang.RealServer(version, python, free_port(), Path(tmp) / "server.log",
+                                       *realsglang.CONFORMANCE_FLAGS)  # fmt: skip
+        try:
+            server.wait_ready()
+            context = int(json_get(server.url + "/get_server_info")["context_length"])
+            return run_probe(server.url, context), flags
+        finally:
+            server.stop()
+
+
+def json_get(url: str) -> Any:
+    import httpx
+
+    return httpx.get(url, timeout=60, trust_env=False).json()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("version", choices=VERSIONS)
+    parser.add_argument("--url", help="a running server of that version (started with "
+                        "realsglang's CPU and conformance flags)")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="default: the mock's wire file")
+    args = parser.parse_args(argv)
+    transcript, flags = _capture_live(args.version, args.url)
+    out = args.out or wire_file(args.version)
+    data = recording(args.version, transcript, flags)
+    out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}: {len(data['server_info'])} server_info keys, "
+          f"{len(data['metrics'])} metric families")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
