@@ -30,7 +30,9 @@ def test_env_from_local_is_read_from_the_environment_given_and_redacted(tmp_path
     plan = plan_deployment(cfg, cfg.layout("tp8"))
     spec = plan.servers[0]
     assert spec.secret_env == {"MY_KEY": "s3cr3t"} and "MY_KEY" not in spec.env
-    assert spec.launch_env == {"A": "1", "MY_KEY": "s3cr3t"}
+    # besides SGLANG_HOST_IP, which every rank of a replica over two nodes gets
+    assert spec.launch_env == {"SGLANG_HOST_IP": spec.addr or spec.node.host, "A": "1",
+                               "MY_KEY": "s3cr3t"}  # fmt: skip
     assert "s3cr3t" not in plan.describe() and "MY_KEY='***'" in plan.describe()
     assert "s3cr3t" not in repr(spec) and "s3cr3t" not in repr(cfg)
 
