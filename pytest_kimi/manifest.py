@@ -147,8 +147,9 @@ def attached_layout(attached: Attached, name: str) -> dict[str, Any]:
     """The manifest's ``layout``, ``replicas`` and ``model`` as the attached endpoint's workers
     state them (``/server_info``): each worker a replica; its parallel shape and the key
     server arguments (as flags) where every worker agrees, ``None`` where they differ or none
-    said; GPUs as TP x PP x DP per worker. Nodes and the router's policy are not stated
-    over HTTP: left empty, never taken from the cluster file."""
+    said; GPUs per worker as TP x PP, times DP unless DP attention places the DP ranks inside
+    TP (SGLang's ``enable_dp_attention``), unknown unless every worker said. Nodes and the
+    router's policy are not stated over HTTP: left empty, never taken from the cluster file."""
     from pytest_kimi.deploy.attached import KEY_ARGS
 
     infos = [w.info for w in attached.workers if w.info]
@@ -161,12 +162,10 @@ def attached_layout(attached: Attached, name: str) -> dict[str, Any]:
         key.replace("_", "-"): value
         for key in KEY_ARGS
         if key not in ("tp_size", "pp_size", "ep_size", "dp_size", "nnodes")
-        and (value := agreed(key)) not in (None, False, "null")
+        and not _unset(value := agreed(key))
     }
-    gpus = [
-        (info.get("tp_size") or 1) * (info.get("pp_size") or 1) * (info.get("dp_size") or 1)
-        for info in infos
-    ]
+    gpus = [_gpus(info) for info in infos]
+    known = bool(gpus) and len(gpus) == len(attached.workers) and None not in gpus
     return {
         "layout": {
             "name": name,
@@ -177,10 +176,24 @@ def attached_layout(attached: Attached, name: str) -> dict[str, Any]:
             "server_args": args,
             "router_policy": None,
             "nodes": [],
-            "gpus": sum(gpus) if len(gpus) == len(attached.workers) else None,
+            "gpus": sum(g for g in gpus if g is not None) if known else None,
             "as_reported_by": "the servers' /server_info (attached)",
         },
         "replicas": len(attached.workers),
         "nodes_per_replica": agreed("nnodes"),
         "model": agreed("model_path"),
     }
+
+
+def _unset(value: Any) -> bool:
+    """An argument left at "off": absent, ``false`` or SGLang's ``"null"`` mode (0 is a value)."""
+    return value is None or value is False or value == "null"
+
+
+def _gpus(info: dict[str, Any]) -> int | None:
+    """GPUs one worker uses by its own account; ``None`` where a size is not a whole number."""
+    sizes = [info.get(k, 1) for k in ("tp_size", "pp_size", "dp_size")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        return None
+    tp, pp, dp = sizes
+    return tp * pp * (1 if info.get("enable_dp_attention") else dp)

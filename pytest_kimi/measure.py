@@ -308,7 +308,7 @@ def _snapshot(
 def _router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> list[str]:
     from pytest_kimi.report.routermetrics import notes
 
-    if url is None:  # not a router of ours (attached to an endpoint)
+    if url is None:  # no router metrics to read (attached without --kimi-router-metrics)
         return []
     if before is None:
         return ["router metrics unavailable before the run: retries were not checked"]

@@ -373,11 +373,12 @@ class Run:
 
 
 def attached_split_notes(attached: Attached, result: LayoutResult) -> list[str]:
-    """The replica split of an attached run, from the workers' (and router's) counters."""
+    """The replica split of an attached run, from the counters of the workers that answered
+    (one that could not be asked is named in the discovery's notes, not counted here)."""
     from pytest_kimi.report.dataquality import split_notes
 
-    succeeded = sum(1 for r in result.records if r.success and not r.warmup)
-    return split_notes(result.replica_counters, len(attached.workers), succeeded)
+    succeeded = result.summary.completed if result.summary is not None else None
+    return split_notes(result.replica_counters, len(attached.worker_urls()), succeeded)
 
 
 def _shared_clock(plan: DeploymentPlan | None) -> SharedClock | None:

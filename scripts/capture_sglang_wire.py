@@ -130,9 +130,13 @@ def _capture_live(version: str, url: str | None) -> tuple[Transcript, list[str]]
         try:
             server.wait_ready()
             context = int(json_get(server.url + "/get_server_info")["context_length"])
-            return run_probe(server.url, context), flags
+            transcript = run_probe(server.url, context)
         finally:
             server.stop()
+        called = realsglang.standin_calls([server.log])
+        if called:  # a server that ran a stand-in did not answer as SGLang: record nothing
+            raise SystemExit(f"the server called import-only stand-ins: {called}")
+        return transcript, flags
 
 
 def json_get(url: str) -> Any:

@@ -67,7 +67,7 @@ def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> 
     named in ``env_from_local``; a missing one is an error naming it and the field."""
     path = Path(path)
     environ = os.environ if environ is None else environ
-    src, used = variables.expand(read_yaml(path), environ)
+    src, used = variables.expand(read_yaml(path), environ, models.ClusterFile)
     try:
         raw = models.ClusterFile.model_validate(src.data)
     except ValidationError as exc:

@@ -15,12 +15,23 @@ guesses it from the packages installed beside the client.
 
 from __future__ import annotations
 
+import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from pytest_kimi.deploy.secrets import REDACTED
+
 TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 3.0  # a listed worker the client cannot reach (a pod address) fails fast
+
+# Server arguments that hold secrets (SGLang's api_key, admin_api_key, ssl_keyfile_password,
+# watermark_key): /server_info answers them in clear to a client without an admin key
+SECRET_ARG = re.compile(
+    r"(^|_)(api_?key|key|password|passwd|passphrase|secret|credentials?|private_key)($|_)", re.I
+)
 
 # The server arguments the report shows for an attached deployment: the parallel shape and
 # the seed's fixed conditions (chunked prefill, radix cache, KV dtype, MoE runner, A2A), the
@@ -90,30 +101,45 @@ def discover(url: str, router_metrics: str | None = None) -> Attached:
     """Ask ``url`` what it is and every worker behind it what it runs; never raises: what
     could not be learned is said in ``notes`` and each worker's ``error``."""
     base = url.rstrip("/")
-    with httpx.Client(timeout=TIMEOUT_S, trust_env=False) as http:
-        urls, kind, notes = _worker_urls(http, base)
-        workers = tuple(
-            _worker(http, f"replica{i}", worker_url) for i, worker_url in enumerate(urls)
-        )
+    timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    with httpx.Client(timeout=timeout, trust_env=False) as http:
+        listed, kind, notes = _worker_urls(http, base)
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(listed)))) as pool:
+            workers = tuple(pool.map(lambda item: _worker(http, *item), listed))
     for w in workers:
         if w.error:
             notes.append(f"{w.name} ({w.url}) could not be asked: {w.error}")
     return Attached(base, kind, workers, router_metrics, tuple(notes))
 
 
-def _worker_urls(http: httpx.Client, base: str) -> tuple[list[str], str, list[str]]:
-    """The workers' URLs and what the endpoint is: a router's ``/workers`` list, else the
-    endpoint itself as the one server."""
+def _worker_urls(
+    http: httpx.Client, base: str
+) -> tuple[list[tuple[str, str]], str, list[str]]:
+    """(name, URL) of each worker and what the endpoint is: a router's ``/workers`` list, else
+    the endpoint itself as the one server. Workers are named as the product names a
+    deployment's: ``replica<i>``, or ``prefill<i>`` / ``decode<i>`` behind a PD router (its
+    ``worker_type``). A DP-aware router lists one entry per DP rank (``http://h:p@0``): the
+    server is the URL before the ``@``, once."""
     try:
         response = http.get(base + "/workers")
         listed = response.json().get("workers") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         listed = None
-    if isinstance(listed, list):
-        urls = [str(w["url"]).rstrip("/") for w in listed if isinstance(w, dict) and w.get("url")]
-        notes = [] if urls else [f"the router at {base} lists no workers"]
-        return urls, "router", notes
-    return [base], "server", []
+    if not isinstance(listed, list):
+        return [("replica0", base)], "server", []
+    named: dict[str, str] = {}  # URL -> name, in the router's order
+    count: dict[str, int] = {}
+    for entry in listed:
+        if not isinstance(entry, dict) or not entry.get("url"):
+            continue
+        worker_url = re.sub(r"@\d+$", "", str(entry["url"])).rstrip("/")
+        role = str(entry.get("worker_type") or "regular")
+        prefix = role if role in ("prefill", "decode") else "replica"
+        if worker_url not in named:
+            named[worker_url] = f"{prefix}{count.get(prefix, 0)}"
+            count[prefix] = count.get(prefix, 0) + 1
+    notes = [] if named else [f"the router at {base} lists no workers"]
+    return [(name, u) for u, name in named.items()], "router", notes
 
 
 def _worker(http: httpx.Client, name: str, url: str) -> Worker:
@@ -136,5 +162,38 @@ def _worker(http: httpx.Client, name: str, url: str) -> Worker:
             return Worker(name, url, error=f"{path}: not JSON")
         if not isinstance(info, dict):
             return Worker(name, url, error=f"{path}: not a JSON object")
-        return Worker(name, url, info)
+        return Worker(name, url, redacted(info))
     return Worker(name, url, error=error)
+
+
+def redacted(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with every secret-holding argument's value replaced, in the dict and in its
+    ``launch_command`` (0.5.23 answers the whole command line): a manifest keeps what ran,
+    never a key."""
+    out = {k: (REDACTED if SECRET_ARG.search(k) and v not in (None, "") else v)
+           for k, v in info.items()}  # fmt: skip
+    command = out.get("launch_command")
+    if isinstance(command, str):
+        out["launch_command"] = _redacted_command(command)
+    elif isinstance(command, list):
+        out["launch_command"] = _redacted_command(" ".join(map(str, command))).split(" ")
+    states = out.get("internal_states")
+    if isinstance(states, list):
+        out["internal_states"] = [redacted(x) if isinstance(x, dict) else x for x in states]
+    return out
+
+
+def _redacted_command(command: str) -> str:
+    """``--api-key VALUE`` and ``--api-key=VALUE`` with the value replaced."""
+    words, out, hide = command.split(" "), [], False
+    for word in words:
+        name, eq, _ = word.partition("=")
+        flag = name.startswith("--") and bool(SECRET_ARG.search(name[2:].replace("-", "_")))
+        if hide:
+            out.append(REDACTED)
+        elif flag and eq:
+            out.append(f"{name}={REDACTED}")
+        else:
+            out.append(word)
+        hide = flag and not eq
+    return " ".join(out)

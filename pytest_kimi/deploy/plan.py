@@ -7,6 +7,7 @@ A plan is plain data (argv lists, environment, URLs); executors turn it into pro
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
 from collections.abc import Iterable, Mapping
@@ -255,8 +256,16 @@ def _host_ip_env(nodes: tuple[Node, ...], address: str) -> dict[str, str]:
     (``shm_broadcast``'s ZMQ socket, ``get_local_ip_auto``) binds and announces this address.
     Without it SGLang guesses from a route to 8.8.8.8, then the hostname: on a node without a
     default route (an isolated cluster network) that is a loopback or wrong address, and the
-    replica's ranks wait for each other for ever after "Init parallel". One node: not needed."""
-    return {"SGLANG_HOST_IP": address} if len(nodes) > 1 else {}
+    replica's ranks wait for each other for ever after "Init parallel". One node: not needed.
+    Only an IP address: ZMQ binds no host name, so a name (an ``addr:`` written as one) leaves
+    SGLang to its own guess."""
+    if len(nodes) < 2:
+        return {}
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return {}
+    return {"SGLANG_HOST_IP": address}
 
 
 def resolve_model_path(value: str) -> str:

@@ -6,8 +6,9 @@ shape (:mod:`pytest_kimi.mock.wire.openai_shapes`).
 A chat stream is a role chunk, content chunks and a finish chunk of its own. With
 ``--mock-reasoning-tokens N`` its first N tokens are a reasoning model's thinking, sent as
 SGLang sends them with a reasoning parser (``serving_chat.py``): ``delta.reasoning_content``
-chunks after the role chunk, then the answer. Usage counts all tokens; like SGLang's its
-``reasoning_tokens`` stays 0 here."""
+chunks after the role chunk, then the answer. Usage counts all tokens; its
+``reasoning_tokens`` is the thinking so far under 0.5.23's wire and 0 under 0.5.9's, as
+each version's own usage says."""
 
 from __future__ import annotations
 
@@ -101,16 +102,14 @@ def _chat_render(body: dict[str, Any], version: str, thinking: int) -> Any:
 
     def render(s: State, whole: bool = False, tail: bool = False) -> Any:
         head = _head(body, "chat.completion.chunk", s.rid)
+        use = shapes.usage(version, s.prompt, s.generated, reasoning=min(thinking, s.generated))
         if whole:
             return {**head, "object": "chat.completion",
                     "choices": [shapes.chat_choice(version, s.text(), s.finish)],
-                    "usage": shapes.usage(version, s.prompt, s.generated),
-                    "metadata": shapes.metadata(version, s.generated)}  # fmt: skip
+                    "usage": use, "metadata": shapes.metadata(version, s.generated)}  # fmt: skip
         if tail:
-            use = shapes.usage(version, s.prompt, s.generated)
             return [shapes.usage_chunk(head, use)] if include_usage else []
-        use = shapes.usage(version, s.prompt, s.generated) if continuous else None
-        return _chat_chunks(version, head, s, thinking, use)
+        return _chat_chunks(version, head, s, thinking, use if continuous else None)
 
     return render
 

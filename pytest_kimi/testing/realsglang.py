@@ -24,13 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kimi.mock.wire import VERSIONS as WIRE_VERSIONS
 from pytest_kimi.testing.peer import offline_env
 from pytest_kimi.testing.processes import Proc
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = ROOT / "scripts" / "install_real_sglang.sh"
 MODEL_DIR = ROOT / "pytest_kimi" / "data" / "tiny-model"
-VERSIONS = ("0.5.9", "0.5.23")
+VERSIONS = WIRE_VERSIONS  # the versions the mock records are the versions tested live
 REQUIRED_ENV_VAR = "KIMI_REAL_SGLANG_REQUIRED"
 STANDIN_MARKER = "KIMI-STANDIN-CALLED"
 INSTALL_TIMEOUT_S = 1200.0
@@ -122,8 +123,8 @@ def server_argv(python: Path, port: int, *flags: str) -> list[str]:
 
 
 class RealServer(Proc):
-    """One real SGLang server (its own process group) and its URL; :meth:`stop` also checks
-    its log for stand-in calls."""
+    """One real SGLang server (its own process group) and its URL. Stop it with
+    :func:`stop_servers`, which also checks its log for stand-in calls."""
 
     def __init__(self, version: str, python: Path, port: int, log: Path, *flags: str) -> None:
         super().__init__(server_argv(python, port, *flags), log, env=server_env())
@@ -134,9 +135,26 @@ class RealServer(Proc):
         self.wait_http(self.url + "/health", timeout_s)
 
     def stop(self, grace_s: float = 60.0) -> None:
-        """0.5.9 on a CPU can take over 30 s to exit on SIGTERM: a long grace, then KILL."""
+        """A server still draining a request takes its time to exit on SIGTERM: a long
+        grace, then KILL."""
         super().stop(grace_s)
-        assert_no_standin_calls([self.log])
+
+
+def stop_servers(*procs: Proc | None) -> None:
+    """Stop every one of ``procs`` (``None``: never started) whatever the others do, then
+    fail with what went wrong: a group left running, or a stand-in a real server called."""
+    problems: list[str] = []
+    for proc in procs:
+        if proc is None:
+            continue
+        try:
+            proc.stop()
+        except Exception as exc:  # the next one is stopped all the same
+            problems.append(f"{proc.log.name}: {exc}")
+    found = standin_calls(p.log for p in procs if isinstance(p, RealServer))
+    problems += [f"{log}: called the stand-in {', '.join(names)}" for log, names in found.items()]
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
 
 
 _CALL = re.compile(re.escape(STANDIN_MARKER) + r" (\S+)")
@@ -179,3 +197,25 @@ def pids_with_env(name: str, value: str) -> list[int]:
         if needle in environ and state != "Z":
             found.append(int(entry))
     return found
+
+
+def run_child(
+    argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a child (a pytest run of the product) to its end. Past ``timeout_s`` it gets
+    SIGTERM, which the product treats as Ctrl-C: it stops every server it started before it
+    exits (SIGKILL, as ``subprocess.run`` sends, would leave them running); KILL only if it
+    has not exited two minutes later. The output says when it was stopped."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        out += f"\n[stopped by the test: still running after {timeout_s:g} s]\n"
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -131,6 +131,7 @@ class _StreamParser:
         self.spec_accept_length: float | None = None
         self._seen = 0  # tokens carried by chunks with text so far
         self._per_chunk = False  # the server counted tokens in each chunk (not only at the end)
+        self._last_reasoning = 0  # tokens the last chunk with text gave to reasoning
         self._reasoning_streamed = 0
         self._reasoning_reported = 0
 
@@ -173,6 +174,16 @@ class _StreamParser:
             self._seen += 1
         if not answer:
             self._reasoning_streamed += tokens
+            self._last_reasoning = tokens
+        elif tokens == 0 and self._last_reasoning:
+            # one step ended the thinking and began the answer: SGLang splits its text into a
+            # reasoning chunk and a content chunk under one count, which the reasoning chunk
+            # took whole; at least one of those tokens is answer (the split within the step is
+            # not reported)
+            self._reasoning_streamed -= 1
+            self._last_reasoning = 0
+        else:
+            self._last_reasoning = 0
         return tokens, bool(answer)
 
     def _feed_generate(self, data: dict[str, Any]) -> int:
@@ -404,9 +415,10 @@ async def _read_events(
                 if record.first_token_time is None:
                     record.first_token_time = now
                     holds.first_token()
-                if answer and record.first_answer_time is None:
-                    record.first_answer_time = now
                 record.chunks.append(Chunk(now, tokens))
+            # answer text, even in a chunk whose count the reasoning chunk before it took
+            if answer and record.first_answer_time is None and record.first_token_time is not None:
+                record.first_answer_time = now
 
 
 def _client(

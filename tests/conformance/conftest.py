@@ -144,6 +144,4 @@ def wire_pair(request: pytest.FixtureRequest,
                           "--mock-time-scale", MOCK_TIME_SCALE)  # fmt: skip
         yield _probe_both(version, real, mock)
     finally:
-        if mock is not None:
-            mock.stop()
-        real.stop()
+        realsglang.stop_servers(mock, real)

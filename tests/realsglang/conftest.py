@@ -25,8 +25,8 @@ from pytest_kimi.testing.realsglang import (
     START_TIMEOUT_S,
     VERSIONS,
     RealServer,
-    assert_no_standin_calls,
     install,
+    stop_servers,
 )
 
 
@@ -91,8 +91,4 @@ def real_deployment(
         yield RealDeployment(sglang_version, servers, router, url,
                              f"http://127.0.0.1:{metrics_port}/metrics")  # fmt: skip
     finally:
-        if router is not None:
-            router.stop()
-        for server in servers:
-            server.stop()
-        assert_no_standin_calls(s.log for s in servers)
+        stop_servers(router, *servers)

@@ -9,13 +9,13 @@ split from the servers' and the router's counters.
 from __future__ import annotations
 
 import json
-import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from pytest_kimi.testing.processes import pytest_argv
-from pytest_kimi.testing.realsglang import ROOT
+from pytest_kimi.testing.realsglang import ROOT, run_child
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def _attach(deployment, out: Path, *args: str, cluster: Path = CLUSTER):
         f"--kimi-endpoint={deployment.url}", f"--kimi-report-dir={out}", "-p",
         "no:cacheprovider", "-rA", *args,
     )  # fmt: skip
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_child(argv, cwd=ROOT, timeout_s=600)
     runs = [p for p in out.iterdir() if p.is_dir()]
     return done, runs[0] if runs else None
 
@@ -53,7 +53,8 @@ def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, tmp
     md = (run / "comparison.md").read_text()
     assert f"sglang (servers) {version}" in md
     assert "router (attached) version not stated by the endpoint" in md
-    assert "sglang-router 0.3.2" not in md  # the client's own package is not the router
+    client_router = metadata.version("sglang-router")  # installed beside the client
+    assert f"sglang-router {client_router}" not in md  # the client's package is not the router
 
 
 def test_an_attached_run_splits_requests_by_the_workers_counters(real_deployment, tmp_path):
@@ -106,7 +107,7 @@ def test_openai_streams_place_every_token_where_each_chunk_is_counted(
         "tests/perf", "--cluster", str(CLUSTER), "--layout=tp1", f"--kimi-endpoint={server.url}",
         f"--kimi-api={api}", f"--kimi-report-dir={tmp_path}", "-p", "no:cacheprovider",
     )  # fmt: skip
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_child(argv, cwd=ROOT, timeout_s=600)
     assert done.returncode == 0, done.stdout[-5000:]
     [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
     records = [json.loads(x) for x in (run / "tp1" / "records.jsonl").read_text().splitlines()]
@@ -118,3 +119,23 @@ def test_openai_streams_place_every_token_where_each_chunk_is_counted(
         assert sum(max(t, 1) for t in tokens[1:]) == 32 - tokens[0], (r["prompt_id"], tokens)
     manifest = json.loads((run / "tp1" / "manifest.json").read_text())
     assert manifest["attached"]["kind"] == "server" and manifest["replicas"] == 1
+
+
+def test_the_router_drops_per_chunk_usage_that_the_servers_send(real_deployment):
+    # the fact behind the mission's "ITL: N tokens could not be placed" note: the same request
+    # has a count in every chunk from a server, and none through sglang-router 0.3.2
+    import httpx
+
+    body = {"model": "m", "prompt": "bago bagu bala", "max_tokens": 4, "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+
+    def usages(url: str) -> list:
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60,
+                          trust_env=False) as response:  # fmt: skip
+            events = [json.loads(line[5:]) for line in response.iter_lines()
+                      if line.startswith("data:") and "[DONE]" not in line]  # fmt: skip
+        return [e.get("usage") for e in events if e.get("choices")]
+
+    assert all(u is not None for u in usages(real_deployment.servers[0].url))
+    assert all(u is None for u in usages(real_deployment.url))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pytest_kimi.testing.realsglang import (
     ROOT,
     assert_no_standin_calls,
     pids_with_env,
+    run_child,
     venv_dir,
 )
 
@@ -45,7 +45,7 @@ def mission(sglang_version: str, sglang_python: Path, tmp_path_factory) -> dict:
         f"--kimi-api={','.join(APIS)}", f"--kimi-report-dir={out}", "-p", "no:cacheprovider",
         f"--junitxml={out / 'junit.xml'}",
     )  # fmt: skip
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    done = run_child(argv, cwd=ROOT, env=env, timeout_s=1800)
     [run] = [p for p in out.iterdir() if p.is_dir()]
     return {"done": done, "run": run, "left": pids_with_env(RUN_MARK, mark)}
 

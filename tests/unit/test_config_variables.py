@@ -57,7 +57,8 @@ def test_references_in_lists_and_flags(tmp_path: Path) -> None:
     flags = "    chunked-prefill-size: ${CP}\n    served-model-name: kimi-${TAG}\n"
     text = edit("    chunked-prefill-size: 8192\n", flags)
     cluster = _load(tmp_path, text, CP="4096", TAG="k3")
-    assert cluster.server.args["chunked-prefill-size"] == 4096
+    # a flag's value is text: the reference stays what it was (4096 on the command line)
+    assert cluster.server.args["chunked-prefill-size"] == "4096"
     assert cluster.server.args["served-model-name"] == "kimi-k3"
 
 
@@ -107,3 +108,46 @@ def test_the_cpu_sglang_cluster_takes_its_venv_from_the_environment() -> None:
     assert chosen.server.python == "/opt/sglang-0.5.9/bin/python"
     tp2 = chosen.layout("tp2")
     assert (tp2.tp, chosen.nodes_per_replica_of(tp2), chosen.replicas_of(tp2)) == (2, 2, 2)
+
+
+@pytest.mark.parametrize("name", ["TOKENIZER_PATH", "MAX_TOTAL_TOKENS", "PRIVATE_REGISTRY",
+                                  "KEYRING_DIR"])  # fmt: skip
+def test_names_that_only_contain_secret_letters_are_not_refused(tmp_path: Path, name) -> None:
+    cluster = _load(tmp_path, edit(MODEL, f"  model_path: ${{{name}}}\n"), **{name: "/m"})
+    assert cluster.server.model_path == "/m"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "DB_PASSWORD", "OPENAI_API_KEY",
+                                  "AWS_SECRET_ACCESS_KEY", "SSH_PRIVATE_KEY"])  # fmt: skip
+def test_secret_names_are_refused(tmp_path: Path, name) -> None:
+    _, message = _error(tmp_path, edit(MODEL, f"  model_path: ${{{name}}}\n"), **{name: "v"})
+    assert "looks like a secret" in message
+
+
+def test_a_text_field_keeps_the_text_as_it_was(tmp_path: Path) -> None:
+    flags = "    revision: '${R}'\n    x: '${V}'\n"
+    text = edit("    chunked-prefill-size: 8192\n", flags)
+    text = edit(MODEL, MODEL + "  env: {E: '${V}'}\n", text)
+    cluster = _load(tmp_path, text, R="0123", V="1.10")
+    assert cluster.server.args == {"revision": "0123", "x": "1.10"}
+    assert cluster.server.env == {"E": "1.10"}
+
+
+def test_a_number_field_reads_a_decimal_number_and_names_anything_else(tmp_path: Path) -> None:
+    text = edit("{name: n1, host: 127.0.0.1, gpus: 8}", "{name: n1, host: 127.0.0.1, gpus: '${G}'}")
+    path, message = _error(tmp_path, text, G="010")  # not 8 (octal), not 10: a leading zero
+    assert message.startswith(f"{path}:4: field 'nodes[0].gpus': ") and "'010'" in message
+    text = edit("  replicas: 2\n", "  replicas: ${R}\n")
+    assert _load(tmp_path, text, R="2").replicas == 2
+
+
+def test_a_port_takes_a_number_or_its_word(tmp_path: Path) -> None:
+    text = edit("  node: n1\n", "  node: n1\n  port: ${P}\n")
+    assert _load(tmp_path, text, P="31000").router.port == 31000
+    assert _load(tmp_path, text, P="auto").router.port is None
+
+
+@pytest.mark.parametrize("value", ["/m/${A", "/m/${A:-${B}}", "${A:-x}${"])
+def test_references_that_are_not_are_refused(tmp_path: Path, value: str) -> None:
+    path, message = _error(tmp_path, edit(MODEL, f"  model_path: '{value}'\n"), A="a")
+    assert message.startswith(f"{path}:{L_MODEL}: field 'server.model_path': ")

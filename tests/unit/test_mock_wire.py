@@ -227,3 +227,14 @@ def test_the_capture_records_families_with_placeholders():
     assert hist["buckets"] == ["0.5", "+Inf"] and hist["labels"] == ["model_name"]
     assert hist["ready"] == [{"model_name": "{model_name}"}]
     assert counter["ready"] == [] and counter["seen"] == [{"model_name": "{model_name}"}]
+
+
+def test_thinking_tokens_are_counted_in_usage_as_each_version_counts_them():
+    from pytest_kimi.mock.wire.openai_shapes import usage
+
+    new = usage("0.5.23", 5, 8, reasoning=3)
+    assert new["reasoning_tokens"] == 3
+    assert new["completion_tokens_details"] == {"reasoning_tokens": 3}
+    assert usage("0.5.23", 5, 8)["completion_tokens_details"] is None  # set only when some
+    old = usage("0.5.9", 5, 8, reasoning=3)
+    assert old["reasoning_tokens"] == 0 and "completion_tokens_details" not in old

@@ -461,3 +461,10 @@ def test_a_replica_on_one_node_sets_no_host_address(tmp_path: Path) -> None:
     cfg = load_cluster(path)
     p = plan_deployment(cfg, cfg.layout("tp8"), ports=iter(range(50000, 50010)))
     assert all("SGLANG_HOST_IP" not in s.env for s in p.servers)
+
+
+def test_a_node_address_that_is_a_name_is_not_announced(tmp_path: Path) -> None:
+    # ZMQ binds no host name: SGLang's own guess is better than a bind that fails
+    cfg = load_cluster(write_cluster(tmp_path, host="localhost", server="  model_path: /m"))
+    p = plan_deployment(cfg, cfg.layout("tp8"), ports=iter(range(50000, 50010)))
+    assert all("SGLANG_HOST_IP" not in s.env for s in p.servers)

@@ -130,3 +130,28 @@ def test_tokens_no_chunk_count_holds_are_said_with_their_number() -> None:
     [note] = unplaced_token_notes(records)
     assert note.startswith("ITL: 16 of 64 output tokens (1 of 2 requests) arrived in chunks")
     assert unplaced_token_notes([_done([1, 2, 1], 4)]) == []  # every token placed: no note
+
+
+def _chat(delta: dict, done: int) -> dict:
+    usage = {"prompt_tokens": 5, "completion_tokens": done, "reasoning_tokens": 0}
+    return {"id": "c1", "choices": [{"index": 0, "delta": delta}], "usage": usage}
+
+
+def test_a_step_that_ends_the_thinking_gives_the_answer_its_first_token_time() -> None:
+    # SGLang splits a step holding the end of the thinking and the start of the answer into a
+    # reasoning chunk and a content chunk with the same count (continuous_usage_stats)
+    times = iter([1.0, 2.0, 3.0, 4.0, 5.0])
+    reads = [
+        _sse(_chat({"reasoning_content": " a b c"}, 3)),
+        _sse(_chat({"reasoning_content": " d e"}, 7)),
+        _sse(_chat({"content": " f g"}, 7)),
+        _sse(_chat({"content": " h"}, 8)),
+        b"data: [DONE]\n\n",
+    ]
+    record = RequestRecord(index=0, prompt_id="p", nominal_input_tokens=5, max_output_tokens=8)
+    parser = _StreamParser("chat")
+    asyncio.run(_read_events(_Response(reads), parser, record, lambda: next(times), _Holds()))
+    assert (record.first_token_time, record.first_answer_time) == (1.0, 3.0)
+    assert [(c.time, c.tokens) for c in record.chunks] == [(1.0, 3), (2.0, 4), (4.0, 1)]
+    # the shared step's 4 tokens: at least one is answer
+    assert parser.reasoning_tokens == 6

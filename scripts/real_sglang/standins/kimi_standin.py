@@ -13,7 +13,9 @@ cannot be installed beside the CPU build of torch:
 Each stand-in is a module whose every name (and every submodule) resolves to a stub. Import,
 attribute access, ``isinstance`` checks and subclassing work, so SGLang's module-level code runs;
 a *call* writes one marked line to stderr (which is the server's log) and raises. That is why it
-is safe: a stand-in cannot compute anything, so it can never produce a wrong result silently.
+is safe: a stand-in computes nothing, so no result comes from it; what it cannot catch is code
+that only tests a name (``hasattr``, truthiness: a stub is a class, so true) and then takes
+another path, which is SGLang's own code on that path.
 A real-SGLang run is then checked for the marker (``STANDIN_MARKER``) in every server log, and
 fails naming the function if any was called.
 """
