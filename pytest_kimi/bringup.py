@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pytest_kimi.progress.events import Progress
     from pytest_kimi.result import LayoutResult
     from pytest_kimi.store import RunFolder
+    from pytest_kimi.versions import Versions
     from pytest_kimi.workload.abort import Abort
 
 Say = Callable[[str], None]
@@ -107,10 +108,14 @@ def deployment(
             # after the lock: a live run holds it, so what is found now was left by a dead one
             earlier_runs(inputs, executor, plan, say)
             addrs = node_addresses(inputs, executor, say, layout)
-            if addrs:  # the plan again, on the addresses the nodes gave (ssh: fixed ports)
+            versions = probe_versions(executor, plan, say)
+            result.notes.extend(versions.notes)
+            if addrs or versions != plan.versions:  # the plan again, on the addresses the
+                # nodes gave (ssh: fixed ports), for the releases they run
                 scope = f"{folder.name}/{layout.name}"
                 plan = dep.plan = dataclasses.replace(plan_deployment(
-                    inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs
+                    inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs,
+                    versions=versions,
                 ), allocation=plan.allocation)  # fmt: skip
                 on_manifest(plan, None)
             reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
@@ -120,7 +125,6 @@ def deployment(
             gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
             on_manifest(plan, gpus or None)
             network_preflight(executor, plan, say, reach)
-            check_router_version(inputs, executor, plan)
             shape = layout.label  # a disaggregated label counts each side's replicas
             if not layout.disaggregated:
                 shape += f" x{inputs.cluster.replicas_of(layout)}"
@@ -131,7 +135,6 @@ def deployment(
                 gpus,
             )
             on_manifest(plan, environments)
-            result.notes.extend(_version_notes(environments))
             result.notes.extend(_router_model_notes(inputs, executor, plan))
             warm_replicas(plan, reach)
             (progress or NoProgress()).emit(BringUpDone(layout.name))
@@ -239,23 +242,18 @@ def network_preflight(
         say(f"[kimi {plan.layout.name}] network pre-flight: {count} connection(s) reachable")
 
 
-def check_router_version(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> None:
-    """The router on its node is a version whose answers and counters we parse
-    (:data:`~pytest_kimi.deploy.readiness.SUPPORTED_ROUTER`), or nothing starts; with
-    ``router.allow_unknown_version: true`` it starts and the layout's notes say so."""
-    from pytest_kimi.deploy.envinfo import RouterVersionError, router_version_problem, software
-    from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
+def probe_versions(executor: Executor, plan: DeploymentPlan, say: Say) -> Versions:
+    """The SGLang release the server nodes run and the router package on the router's node
+    (:mod:`pytest_kimi.deploy.versionprobe`); one the plan cannot be built for stops the
+    bring-up before anything starts."""
+    from pytest_kimi.deploy.deployment import BringUpError
+    from pytest_kimi.deploy.versionprobe import VersionMismatch
+    from pytest_kimi.deploy.versionprobe import probe_versions as probe
 
-    router = inputs.cluster.router
-    if router.allow_unknown_version or not router.module.startswith("sglang_router"):
-        return
-    found = software(executor, plan.router, packages=("sglang_router",))
-    problem = router_version_problem(found, SUPPORTED_ROUTER)
-    if problem:
-        raise RouterVersionError(
-            f"router on node {plan.router.node.name}: {problem}; nothing was started. Install "
-            f"sglang-router{SUPPORTED_ROUTER} there, or set router.allow_unknown_version: true"
-        )
+    try:
+        return probe(executor, plan, say)
+    except VersionMismatch as exc:
+        raise BringUpError(str(exc)) from None
 
 
 def allocate(
@@ -374,8 +372,11 @@ def _sampler(
     config = inputs.cluster.telemetry
     if not config.enabled:
         return None
-    nodes = list({spec.node.name: spec.node for spec in plan.processes
-                  if spec.node.name != SUBMIT_HOST}.values())  # GPU nodes, not a submit host
+    nodes = list(
+        {
+            spec.node.name: spec.node for spec in plan.processes if spec.node.name != SUBMIT_HOST
+        }.values()
+    )  # GPU nodes, not a submit host
     scope = f"{folder.name}/{layout.name}"
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
@@ -461,9 +462,7 @@ def _teardown(
         findings = scan_logs(dep.log_dir, dep.log_marks)
         succeeded = sum(1 for r in result.records if r.success and not r.warmup)
         replicas = inputs.cluster.replicas_of(layout)
-        result.notes.extend(
-            quality_notes(findings, result.replica_counters, replicas, succeeded)
-        )
+        result.notes.extend(quality_notes(findings, result.replica_counters, replicas, succeeded))
         if dep.killed:
             result.notes.append(killed_note(dep.killed, dep.grace_s))
         if leftovers:
@@ -509,18 +508,6 @@ def _node_environments(
     for spec in plan.rank0():
         seen[spec.node.name]["sglang_server_version"] = server_version(reach.url(spec.url))
     return list(seen.values())
-
-
-def _version_notes(environments: list[dict]) -> list[str]:
-    """A router outside the versions we checked is named in the layout's notes."""
-    from pytest_kimi.deploy.envinfo import version_notes
-    from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
-
-    for env in environments:
-        found = env.get("router_software")
-        if isinstance(found, dict):
-            return version_notes(found.get("sglang_router"), SUPPORTED_ROUTER)
-    return []
 
 
 def _router_model_notes(inputs: Inputs, executor: Executor, plan: DeploymentPlan) -> list[str]:

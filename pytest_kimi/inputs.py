@@ -113,7 +113,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
     from pytest_kimi.workload.dataset import DatasetError
 
     try:
-        cluster = load_cluster(options.cluster_path)
+        cluster = with_sglang_version(load_cluster(options.cluster_path), options.sglang_version)
         check_gate(options, cluster)
         names = options.layouts or tuple(cluster.layouts)
         layouts = tuple(cluster.layout(name) for name in names)
@@ -148,6 +148,29 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts,
         configs,
     )  # fmt: skip
+
+
+def with_sglang_version(cluster: ClusterConfig, version: str | None) -> ClusterConfig:
+    """``--kimi-sglang-version`` over the file's ``server.sglang_version``, checked as the
+    field is (a supported release; one the mock answers as, for the mock)."""
+    import dataclasses
+
+    from pytest_kimi.config import ConfigError
+    from pytest_kimi.config.checks import MOCK_MODULE
+    from pytest_kimi.versions import VersionError, mock_version, sglang_profile
+
+    if version is None:
+        return cluster
+    try:
+        sglang_profile(version, "--kimi-sglang-version")
+    except VersionError as exc:
+        raise ConfigError(str(exc)) from None
+    problem = mock_version(version) if cluster.server.module == MOCK_MODULE else None
+    if problem:
+        raise ConfigError(f"--kimi-sglang-version: {problem}")
+    server = dataclasses.replace(cluster.server, sglang_version=version,
+                                 sglang_version_from="--kimi-sglang-version")  # fmt: skip
+    return dataclasses.replace(cluster, server=server)
 
 
 def workload_points(options: Options, cluster: ClusterConfig) -> tuple[Point, ...]:

@@ -136,6 +136,8 @@ def manifest(
             for p in plan.processes
         ]
         out["router_url"] = plan.endpoint
+        if plan.versions is not None:  # what the command lines were built for, and why
+            out["versions"] = plan.versions.to_dict()
         if plan.allocation is not None:  # executor: slurm
             out["slurm"] = dict(plan.allocation)
     if nodes is not None:

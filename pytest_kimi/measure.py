@@ -133,7 +133,8 @@ def measure(
             if layout.disaggregated:
                 from pytest_kimi.report.pdstages import stage_times
 
-                result.stage_times = stage_times(counted_from.stages, after.stages, after.kv)
+                result.stage_times = stage_times(counted_from.stages, after.stages, after.kv,
+                                                 counted_from.kv)  # fmt: skip
                 if result.stage_times is not None:
                     result.notes.extend(result.stage_times.notes)
         folder.write_records(layout.name, records, point.id)

@@ -48,6 +48,7 @@ class Options:
     commit: str | None = None  # --kimi-commit: the code under test's commit, for the history
     gate: str | None = None  # --kimi-gate: baseline or history (default: baseline if given)
     gate_since: str | None = None  # --kimi-gate-since: the run a history gate's series starts at
+    sglang_version: str | None = None  # --kimi-sglang-version: over server.sglang_version
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""
@@ -161,6 +162,15 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="METRIC:PCT,...",
         help="regression thresholds, e.g. ttft_p95:10%%,tpot_mean:5%% (defaults: cluster YAML "
         "'regression', else ttft_p95:10%%,tpot_mean:5%%,output_throughput:5%%)",
+    )
+    group.addoption(
+        "--kimi-sglang-version",
+        dest="kimi_sglang_version",
+        default=None,
+        metavar="X.Y.Z",
+        help="the SGLang release the servers run, over the cluster file's server.sglang_version: "
+        "what --kimi-dry-run builds command lines for, and the release the mock answers as "
+        "(0.5.9 or 0.5.23; default: the newest); bring-up asks real nodes and follows them",
     )
     group.addoption(
         "--kimi-dataset",
@@ -320,6 +330,7 @@ def resolve(config: pytest.Config) -> Options:
         commit=config.getoption("kimi_commit") or os.environ.get("KIMI_COMMIT") or None,
         gate=config.getoption("kimi_gate"),
         gate_since=config.getoption("kimi_gate_since"),
+        sglang_version=config.getoption("kimi_sglang_version"),
     )
 
 
@@ -336,6 +347,7 @@ def explicit(config: pytest.Config) -> bool:
     return (
         any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
         or bool(config.getoption("kimi_dataset"))
+        or bool(config.getoption("kimi_sglang_version"))
         or any(config.getoption(dest) for _, dest, _, _ in SWEEP_OPTIONS)
         or bool(config.getoption("kimi_slo"))
         or bool(config.getoption("kimi_dry_run"))

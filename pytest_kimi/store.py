@@ -75,7 +75,7 @@ def client_environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "packages": package_versions(
-            ("pytest-kimi", "pytest", "httpx", "numpy", "sglang-router", "sglang", "fabric")
+            ("pytest-kimi", "pytest", "httpx", "numpy", "smg", "sglang-router", "sglang", "fabric")
         ),
     }
 

@@ -7,7 +7,7 @@ asks, every ``interval_s`` wall seconds:
 
 - every node process's exit status (the executor's ``exit_code``): one that exited is lost at
   once, named with its node and the end of its log;
-- the router's ``/readiness`` (sglang-router 0.3.x: ``healthy_workers``): fewer workers than
+- the router's ``/readiness`` (smg and sglang-router: ``healthy_workers``): fewer workers than
   replicas, or no answer, on ``misses`` polls in a row is a loss too (the router drops and
   re-admits workers on its own health checks, so one low count is not yet proof);
 - a node that cannot be asked (SSH down) on ``misses`` polls in a row is lost.

@@ -8,7 +8,11 @@ its CPU flags and the conformance flags). The script sends the conformance probe
 (``pytest_kimi.testing.wireprobe``) and writes ``pytest_kimi/mock/wire/sglang-<version>.json``:
 ``/get_server_info`` and ``/get_model_info`` as answered, and every ``/metrics`` family with
 its type, help text, label names, the label sets it shows once ready and by the end, its
-histogram buckets and a gauge's values at start-up. Label values that belong to the run
+histogram buckets and a gauge's values at start-up, and every flag the version's own parser
+(``ServerArgs.add_cli_args``) takes: the mock refuses the others as SGLang does; and, read
+from the version's collector source, the scheduler's families a unified server never shows
+(the KV-transfer histograms of a disaggregated prefill) (``--flags-only`` records just these
+two, without a server). Label values that belong to the run
 (``model_name``, ``pid``, ``engine_type``, ``num_pages``, ``page_size``) become placeholders
 the mock fills in. Nothing is edited by hand: rerun this when a version's wire changes, and
 ``tests/conformance/test_mock_vs_sglang.py`` says whether the mock still matches.
@@ -139,6 +143,64 @@ def _capture_live(version: str, url: str | None) -> tuple[Transcript, list[str]]
         return transcript, flags
 
 
+def server_flags(version: str) -> list[str]:
+    """Every ``--flag`` the version's ``sglang.launch_server`` parser takes, read from it."""
+    import subprocess
+
+    from pytest_kimi.testing import realsglang
+
+    python = realsglang.venv_dir(version) / "bin" / "python"
+    script = ROOT / "scripts" / "real_sglang" / "parse_args.py"
+    out = subprocess.run([str(python), str(script), "server", "--flags"], check=True,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+COLLECTORS = ("sglang/srt/observability/metrics_collector.py",  # 0.5.10 and later
+              "sglang/srt/metrics/collector.py")  # 0.5.9  # fmt: skip
+SCHEDULER_TEMPLATE = "sglang:num_running_reqs"  # a scheduler family: its labels are labels.keys()
+
+
+def declared_families(version: str, recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scheduler's families a live unified server never shows (a histogram appears at its
+    first observation: the KV-transfer ones only on a disaggregated prefill), read from the
+    version's own collector source: ``SchedulerMetricsCollector``'s ``Gauge`` / ``Counter`` /
+    ``Histogram(name=..., documentation=..., labelnames=labels.keys(), buckets=...)`` calls
+    with literal arguments. Their labels are the scheduler's (those of
+    :data:`SCHEDULER_TEMPLATE` in the recording)."""
+    import ast
+
+    from pytest_kimi.testing import realsglang
+
+    site = next((realsglang.venv_dir(version) / "lib").glob("python*/site-packages"))
+    source = next(site / path for path in COLLECTORS if (site / path).is_file())
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    [collector] = [n for n in ast.walk(tree)
+                   if isinstance(n, ast.ClassDef) and n.name == "SchedulerMetricsCollector"]
+    seen = {f["name"] for f in recorded}
+    [template] = [f for f in recorded if f["name"] == SCHEDULER_TEMPLATE]
+    out = []
+    for call in ast.walk(collector):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id in ("Gauge", "Counter", "Histogram")):
+            continue
+        kw = {k.arg: k.value for k in call.keywords}
+        try:
+            name = ast.literal_eval(kw["name"])
+            doc = ast.literal_eval(kw["documentation"])
+            buckets = [str(float(b)) for b in ast.literal_eval(kw["buckets"])] if (
+                "buckets" in kw) else []
+        except (KeyError, ValueError):
+            continue  # computed arguments: not read from source
+        if name in seen or ast.unparse(kw.get("labelnames", ast.Constant(""))) != "labels.keys()":
+            continue
+        kind = call.func.id.lower()
+        out.append({"name": name, "type": kind, "help": doc, "labels": template["labels"],
+                    "ready": [], "seen": template["ready"][:1],
+                    "buckets": [*buckets, "+Inf"] if kind == "histogram" else []})
+    return out
+
+
 def json_get(url: str) -> Any:
     import httpx
 
@@ -151,10 +213,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a running server of that version (started with "
                         "realsglang's CPU and conformance flags)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="default: the mock's wire file")
+    parser.add_argument("--flags-only", action="store_true",
+                        help="record only the parser's flags into the existing file")  # fmt: skip
     args = parser.parse_args(argv)
-    transcript, flags = _capture_live(args.version, args.url)
     out = args.out or wire_file(args.version)
-    data = recording(args.version, transcript, flags)
+    if args.flags_only:
+        data = json.loads(out.read_text(encoding="utf-8"))
+    else:
+        transcript, flags = _capture_live(args.version, args.url)
+        data = recording(args.version, transcript, flags)
+    data["server_flags"] = server_flags(args.version)
+    data["declared"] = declared_families(args.version, data["metrics"])
     out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}: {len(data['server_info'])} server_info keys, "
           f"{len(data['metrics'])} metric families")  # fmt: skip

@@ -68,7 +68,7 @@ server_cmd() { # replica index (0, 1)
         --context-length 4096 --disable-cuda-graph --random-seed "$((i + 1))" ${EXTRA_SERVER_ARGS:-}
 }
 router_cmd() {
-    echo "$KIMI_PY" -m sglang_router.launch_router \
+    echo "$KIMI_PY" -m smg.launch_router \
         --worker-urls "http://127.0.0.1:${REPLICA_PORTS[0]}" "http://127.0.0.1:${REPLICA_PORTS[1]}" \
         --policy round_robin --host 127.0.0.1 --port "$ROUTER_PORT" \
         --prometheus-host 127.0.0.1 --prometheus-port "$ROUTER_METRICS_PORT"
@@ -235,7 +235,7 @@ check_inputs "$KIMI_PY"
     echo
     echo "- gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
     echo "- sglang: $("$SGLANG_PY" -c 'import sglang; print(sglang.__version__)' 2>&1 | tail -n 1)"
-    echo "- sglang-router: $("$KIMI_PY" -c 'import sglang_router; print(sglang_router.__version__)' 2>&1 | tail -n 1)"
+    echo "- router: smg $("$KIMI_PY" -c 'from importlib import metadata; print(metadata.version("smg"))' 2>&1 | tail -n 1)"
     echo "- commands:"
     print_commands | sed 's/^/    /'
 } >"$WORK/result.md"

@@ -30,6 +30,8 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
     _replica_gpus(src, raw)  # the default deployment fits the nodes
     _check_managed(src, "server.args", raw.server.args, SERVER_MANAGED)
     _check_managed(src, "router.args", raw.router.args, ROUTER_MANAGED)
+    _check_sglang_version(src, raw)
+    _check_router_package(src, raw)
     for name, layout in raw.layouts.items():
         _check_layout(src, raw, name, layout, names)
     if raw.router.node is not None and raw.router.node not in names:
@@ -47,6 +49,37 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
                 raise src.error(f"layouts.{name}.prefill.bootstrap_port", fixed)
     _check_distinct_ports(src, raw, ports)
     _check_slurm(src, raw)
+
+
+def _check_router_package(src: Located, raw: ClusterFile) -> None:
+    """``router.module`` of one router package under ``router.package`` of the other."""
+    from pytest_kimi.versions import package_of_module
+
+    named = package_of_module(raw.router.module)
+    if raw.router.package != "auto" and named not in (None, raw.router.package):
+        raise src.error(
+            "router.module",
+            f"{raw.router.module} is {named}'s launcher, but router.package is "
+            f"{raw.router.package}: leave module out (the package's launcher is used) or make "
+            "them agree",
+        )
+
+
+def _check_sglang_version(src: Located, raw: ClusterFile) -> None:
+    """``server.sglang_version`` is a supported release, and one the mock answers as when the
+    servers are the mock."""
+    from pytest_kimi.versions import VersionError, mock_version, sglang_profile
+
+    version = raw.server.sglang_version
+    if version is None:
+        return
+    try:
+        sglang_profile(version, "server.sglang_version")
+    except VersionError as exc:
+        raise src.error("server.sglang_version", str(exc)) from None
+    problem = mock_version(version) if raw.server.module == MOCK_MODULE else None
+    if problem:
+        raise src.error("server.sglang_version", problem)
 
 
 def _check_slurm(src: Located, raw: ClusterFile) -> None:

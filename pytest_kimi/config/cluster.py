@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kimi.yamlfile import Located
+
+if TYPE_CHECKING:
+    from pytest_kimi.versions import RouterPackage
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class ServerConfig:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
     setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
     container: ContainerConfig | None = None
+    sglang_version: str | None = None  # None: the newest profile (pytest_kimi.versions)
+    sglang_version_from: str = "server.sglang_version"  # or --kimi-sglang-version
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ class RouterConfig:
     """How to start the SGLang Router in front of the replicas."""
 
     python: str
-    module: str
+    module: str | None  # None: the package's launcher (pytest_kimi.versions.RouterPackage)
     node: str
     port: int | None
     prometheus_port: int | None
@@ -168,7 +173,8 @@ class RouterConfig:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
     setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
     container: ContainerConfig | None = None
-    allow_unknown_version: bool = False  # start a router outside SUPPORTED_ROUTER (with a note)
+    allow_unknown_version: bool = False  # start a router outside its supported range (a note)
+    package: str = "auto"  # smg, sglang-router, or auto: the router node's, smg first
 
 
 @dataclass(frozen=True)
@@ -198,13 +204,12 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class MockConfig:
-    """Embedded mock backend settings: time scale, seed, performance profile, and the SGLang
-    version whose answers it gives (``mock.sglang_version``)."""
+    """Embedded mock backend settings: time scale, seed, performance profile (the SGLang
+    version it answers as is ``server.sglang_version``)."""
 
     time_scale: float
     seed: int
     profile: Mapping[str, Any]
-    sglang_version: str = "0.5.9"
 
 
 @dataclass(frozen=True)
@@ -437,8 +442,14 @@ class ClusterConfig:
         own = side.policy if side is not None else None
         return own or layout.router_policy or self.router.policy
 
-    def router_args(self, layout: Layout) -> dict[str, Any]:
-        return merged(self.router.args, layout.router_args)
+    def router_args(
+        self, layout: Layout, package: RouterPackage, version: str | None = None
+    ) -> dict[str, Any]:
+        """The package's benchmark settings (of ``version``; None: its newest we read), then
+        router.args, then the layout's changes."""
+        from pytest_kimi.versions import router_args
+
+        return merged(router_args(package, self.router.args, version), layout.router_args)
 
 
 def merged(base: Mapping[str, Any], changes: Sequence[tuple[str, Any]]) -> dict[str, Any]:

@@ -42,22 +42,6 @@ from pytest_kimi.config.errors import config_error
 from pytest_kimi.points import SWEPT
 from pytest_kimi.yamlfile import Located, read_yaml
 
-# sglang-router 0.3.x defaults retry a failed request up to 5 times with back-off, open a circuit
-# breaker after 10 failures, and health-check every 60 s with a 5 s timeout, dropping a worker
-# after 3 failed checks in a row. SGLang 0.5.9's /health generates one token and waits up to
-# SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for any output: behind 16K-token prefills a busy replica
-# answers late, not never. For a benchmark: no retries and no circuit breaker (a failure is
-# counted as one, not hidden in a slower success or a silently smaller deployment), a
-# health-check timeout (60 s) longer than SGLang's own 20 s so the server's verdict, not the
-# router's clock, decides, and 10 failed checks in a row (about 10 minutes at the 60 s interval)
-# before a worker is dropped. A dead worker is still seen at once: its requests fail.
-ROUTER_BENCHMARK_ARGS: dict[str, str | int | float | bool] = {
-    "disable-retries": True,
-    "disable-circuit-breaker": True,
-    "health-check-timeout-secs": 60,
-    "health-failure-threshold": 10,
-}
-
 
 def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> ClusterConfig:
     """Read and validate a cluster file; any problem is a :class:`ConfigError`.
@@ -86,8 +70,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
     mock = None
     if raw.mock is not None:
         checks.check_profile(src, raw.mock.profile)
-        mock = MockConfig(raw.mock.time_scale, raw.mock.seed, dict(raw.mock.profile),
-                          raw.mock.sglang_version)  # fmt: skip
+        mock = MockConfig(raw.mock.time_scale, raw.mock.seed, dict(raw.mock.profile))
     return ClusterConfig(
         path=src.path,
         name=raw.name,
@@ -233,6 +216,7 @@ def _server(server: models.Server, secret_env: dict[str, str]) -> ServerConfig:
         secret_env=secret_env,
         setup=tuple(server.setup),
         container=_container(server.container),
+        sglang_version=server.sglang_version,
     )
 
 
@@ -246,7 +230,7 @@ def _router(
         port=_port(router.port),
         prometheus_port=_port(router.prometheus_port),
         policy=router.policy,
-        args=router_args(router.args),
+        args=dict(router.args),
         env=dict(router.env),
         wrapper=tuple(router.wrapper),
         model_mount=router.model_mount,
@@ -255,21 +239,8 @@ def _router(
         setup=tuple(router.setup),
         container=_container(router.container),
         allow_unknown_version=router.allow_unknown_version,
+        package=router.package,
     )
-
-
-def router_args(
-    given: Mapping[str, str | int | float | bool],
-) -> dict[str, str | int | float | bool]:
-    """The router's flags: :data:`ROUTER_BENCHMARK_ARGS`, then what the file gives (which wins;
-    ``false`` removes a flag). A file that tunes retries (any ``retry-*``) or the circuit
-    breaker (any ``cb-*``) asked for them: the matching ``disable-*`` default is dropped."""
-    args = dict(ROUTER_BENCHMARK_ARGS)
-    for prefix, flag in (("retry-", "disable-retries"), ("cb-", "disable-circuit-breaker")):
-        if any(name.startswith(prefix) for name in given):
-            args.pop(flag, None)
-    args.update(given)
-    return args
 
 
 def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
@@ -277,9 +248,7 @@ def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
     of them are its ``sweeps`` (:mod:`pytest_kimi.points`)."""
     goodput = workload.goodput.model_dump(exclude_none=True)
     sweeps = {
-        name: tuple(value)
-        for name in SWEPT
-        if isinstance(value := getattr(workload, name), list)
+        name: tuple(value) for name in SWEPT if isinstance(value := getattr(workload, name), list)
     }
     if "request_rate" in sweeps:
         sweeps["request_rate"] = tuple(float(rate) for rate in sweeps["request_rate"])

@@ -42,10 +42,7 @@ from pytest_kimi.config.fields import (
 )
 
 PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
-# the SGLang versions whose answers the mock gives (its recordings in pytest_kimi/mock/wire; a
-# test keeps the two lists equal), and the one it gives unless mock.sglang_version says
-MOCK_WIRE_VERSIONS = ("0.5.9", "0.5.23")
-MOCK_WIRE_DEFAULT = "0.5.9"
+ROUTER_PACKAGES = ("auto", "smg", "sglang-router")  # pytest_kimi.versions.ROUTER_PACKAGES, auto
 
 PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
 WRAPPER = "argv put before python (not a container runtime: use 'container')."
@@ -193,8 +190,11 @@ class LayoutRouter(_Model):
     )
 
 
-TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori")  # SGLang 0.5.9's choices
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")  # 0.3.2
+# every supported release's choices (pytest_kimi.versions: which release has which, checked
+# against the release the nodes run at bring-up)
+TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
+ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two",
+                   "least_load", "manual", "consistent_hashing", "prefix_hash")  # fmt: skip
 
 
 class PDSideModel(_Model):
@@ -269,9 +269,7 @@ class LayoutModel(_Model):
     nodes_per_replica: Count | None = Field(
         None, description="Nodes one replica spans; default deployment.nodes_per_replica."
     )
-    router: LayoutRouter = Field(
-        default_factory=LayoutRouter, description=LayoutRouter.__doc__
-    )
+    router: LayoutRouter = Field(default_factory=LayoutRouter, description=LayoutRouter.__doc__)
 
 
 class Server(_Model):
@@ -280,6 +278,12 @@ class Server(_Model):
     python: Text = Field("python3", description=PYTHON)
     module: Text = Field("sglang.launch_server", description="Module run with python -m.")
     model_path: Text = Field(description="Model directory on the nodes (--model-path).")
+    sglang_version: Text | None = Field(
+        None,
+        description="The SGLang release the servers run, e.g. 0.5.23: what a dry run builds "
+        "command lines for and the release the mock answers as (0.5.9 or 0.5.23); bring-up "
+        "asks the nodes and says so where they run another. Default: the newest supported.",
+    )
     wrapper: Argv = Field(default_factory=list, description=WRAPPER)
     port: Port = Field("auto", description="HTTP port; 'auto' picks a free one (local only).")
     dist_init_port: Port = Field("auto", description="torch.distributed init port, or 'auto'.")
@@ -294,7 +298,14 @@ class Router(_Model):
     """How to start the SGLang Router in front of the replicas."""
 
     python: Text = Field("python3", description=PYTHON)
-    module: Text = Field("sglang_router.launch_router", description="Module run with python -m.")
+    package: one_of(*ROUTER_PACKAGES) = Field(
+        "auto",
+        description="The router package: smg (maintained) or sglang-router (0.3, its "
+        "predecessor); auto: whichever the router node's Python has, smg first.",
+    )
+    module: Text | None = Field(
+        None, description="Module run with python -m; default: the package's launcher."
+    )
     node: NodeName | None = Field(None, description="Node the router runs on; default: the first.")
     port: Port = Field("auto", description="HTTP port clients use, or 'auto' (local only).")
     prometheus_port: Port = Field("auto", description="Router metrics port, or 'auto'.")
@@ -310,8 +321,8 @@ class Router(_Model):
     container: Container | None = Field(None, description=Container.__doc__)
     allow_unknown_version: bool = Field(
         False,
-        description="Start a router outside the sglang-router versions whose /readiness and "
-        "/metrics we checked (a note says so) instead of refusing before launch.",
+        description="Start a router outside the versions whose /readiness and /metrics we "
+        "read (a note says so) instead of refusing before launch.",
     )
 
 
@@ -365,8 +376,7 @@ class Workload(_Model):
     request_timeout_s: Seconds = Field(3600.0, description="Seconds one request may take.")
     request_rate: Sweep[RequestRate] = Field(
         "inf",
-        description="Requests/s (Poisson arrivals); 'inf': as fast as concurrency allows"
-        + _SWEEP,
+        description="Requests/s (Poisson arrivals); 'inf': as fast as concurrency allows" + _SWEEP,
     )
     percentiles: Percentiles = Field(
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="Percentiles reported."
@@ -397,12 +407,6 @@ class Mock(_Model):
         default_factory=dict,
         description="Hardware and model numbers of the performance model (docs/mock.md).",
         json_schema_extra=_profile_schema,
-    )
-    sglang_version: Literal[MOCK_WIRE_VERSIONS] = Field(  # type: ignore[valid-type]
-        MOCK_WIRE_DEFAULT,
-        description="The SGLang version whose answers the mock gives (its responses, "
-        "meta_info keys, errors, server info and metrics): one recorded in "
-        "pytest_kimi/mock/wire/.",
     )
 
 

@@ -8,9 +8,12 @@ where that is not found): the SGLang version it runs and every server argument, 
 set-up the report describes and the manifest keeps. Workers we can reach also give their
 ``/metrics`` counters before and after the run: the replica split, as on a deployment we start.
 
-The router's own version is not stated over HTTP by sglang-router 0.3.2 (its
-``/get_server_info`` answers ``{"router_manager": ..., "workers_count": ...}``); nothing here
-guesses it from the packages installed beside the client.
+The router's own release is asked as well: smg states it in ``GET /get_loads``
+(``{"version": "smg-1.13.0", ...}``); sglang-router 0.3.2 states none (its ``/get_loads``
+lists the workers' loads, its ``/get_server_info`` ``{"router_manager": ...}``), and nothing
+here guesses it from the packages installed beside the client. The servers' stated SGLang
+release picks the version profile (:mod:`pytest_kimi.versions`) as bring-up's probe does: one
+older than supported or newer than read is said in the notes.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Attached:
     workers: tuple[Worker, ...]
     router_metrics: str | None = None  # --kimi-router-metrics
     notes: tuple[str, ...] = ()
+    router: str | None = None  # "smg 1.13.0", as the router states it (None: it does not)
 
     def worker_urls(self) -> dict[str, str]:
         """Replica name -> base URL, of the workers that answered (whose counters we read)."""
@@ -94,6 +98,7 @@ class Attached:
             "router_metrics": self.router_metrics,
             "workers": [w.to_dict() for w in self.workers],
             "notes": list(self.notes),
+            "router": self.router,
         }
 
 
@@ -106,10 +111,40 @@ def discover(url: str, router_metrics: str | None = None) -> Attached:
         listed, kind, notes = _worker_urls(http, base)
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(listed)))) as pool:
             workers = tuple(pool.map(lambda item: _worker(http, *item), listed))
+        router = _router_release(http, base) if kind == "router" else None
     for w in workers:
         if w.error:
             notes.append(f"{w.name} ({w.url}) could not be asked: {w.error}")
-    return Attached(base, kind, workers, router_metrics, tuple(notes))
+    notes += release_notes({w.version for w in workers if w.version})
+    return Attached(base, kind, workers, router_metrics, tuple(notes), router)
+
+
+def _router_release(http: httpx.Client, base: str) -> str | None:
+    """``smg X.Y.Z`` where the router states it (smg's ``/get_loads``), else None."""
+    try:
+        response = http.get(base + "/get_loads")
+        stated = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(stated, str) or not stated.startswith("smg-"):
+        return None
+    return f"smg {stated.removeprefix('smg-')}"
+
+
+def release_notes(stated: set[str]) -> list[str]:
+    """What the servers' stated SGLang releases mean for reading them: the profile's notes
+    (newer than read), a release older than supported, several releases at once."""
+    from pytest_kimi.versions import VersionError, sglang_profile
+
+    notes: list[str] = []
+    if len(stated) > 1:
+        notes.append(f"the servers state different SGLang releases: {', '.join(sorted(stated))}")
+    for version in sorted(stated):
+        try:  # the mock states "0.5.23-kimi-mock": the release it answers as
+            notes += sglang_profile(version.removesuffix("-kimi-mock"), "stated by the servers")[1]
+        except VersionError as exc:
+            notes.append(f"{exc}: what it answers may not be what pytest-kimi reads")
+    return notes
 
 
 def _worker_urls(

@@ -276,13 +276,14 @@ class Deployment:
             )
         except FormatError as exc:  # waiting cannot fix it: fail now, naming the version
             from pytest_kimi.deploy.envinfo import router_version
-            from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
+            from pytest_kimi.versions import ROUTER_PACKAGES
 
             version = router_version(self.executor, spec) if spec.role == "router" else "?"
+            supported = " or ".join(f"{p.name}{p.supported}" for p in ROUTER_PACKAGES.values())
             self.on_state(spec, "failed", f"answered in a format we do not understand: {exc}")
             raise BringUpError(
-                f"{what}: {version} answered in a format we do not understand (we support "
-                f"sglang-router {SUPPORTED_ROUTER}): {exc}",
+                f"{what}: {version} answered in a format we do not understand (we read "
+                f"{supported}): {exc}",
                 spec.name,
             ) from None
         if last is not None:

@@ -21,16 +21,26 @@ from pytest_kimi.deploy.executor import Executor
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.secrets import redact_env
 
-PACKAGES = ("sglang", "sglang_router", "pytest_kimi", "torch")
+PACKAGES = ("sglang", "smg", "sglang_router", "pytest_kimi", "torch")
+# the router packages: their metadata states the release (smg 1.13.0's __version__ says 1.1.0)
+METADATA_FIRST = {"smg": "smg", "sglang_router": "sglang-router"}
 
 # The module the process imports decides the version (a source checkout on PYTHONPATH wins
 # over an installed wheel), so ask the module first and the package metadata only if the
-# module has no __version__.
+# module has no __version__; the router packages the other way round. A router package is
+# found, not imported (its import starts nothing, but takes a second).
 _PROBE = """\
 import json, platform, sys
-from importlib import metadata
+from importlib import metadata, util
 out = {"python": platform.python_version(), "executable": sys.executable}
+first = %r
 for name in %r:
+    if name in first:
+        try:
+            out[name] = metadata.version(first[name]) if util.find_spec(name) else None
+        except Exception:
+            out[name] = "installed" if util.find_spec(name) else None
+        continue
     try:
         module = __import__(name)
     except Exception:
@@ -51,7 +61,7 @@ def probe_command(python: Sequence[str], packages: Sequence[str]) -> str:
     """The shell command that prints ``{"python": ..., package: version or None}`` as JSON.
     No environment on it: the executor runs it in the process's own environment
     (:meth:`~pytest_kimi.deploy.executor.Executor.run_as`)."""
-    return shlex.join([*python, "-c", _PROBE % (tuple(packages),)])
+    return shlex.join([*python, "-c", _PROBE % (METADATA_FIRST, tuple(packages))])
 
 
 def software(
@@ -83,15 +93,15 @@ def interpreter(spec: ProcessSpec) -> tuple[str, ...]:
 
 
 def router_version(executor: Executor, spec: ProcessSpec, timeout: float = 30) -> str:
-    """``sglang-router X.Y.Z`` as the router's own interpreter imports it, or why unknown;
-    for error messages, so never raises."""
-    found = software(executor, spec, timeout=timeout)
+    """``smg X.Y.Z`` (or ``sglang-router X.Y.Z``) as the router's own interpreter has it, or
+    why unknown; for error messages, so never raises."""
+    found = software(executor, spec, timeout=timeout, packages=tuple(METADATA_FIRST))
     if isinstance(found, str):
-        return f"sglang-router version unknown {found}"
-    version = found.get("sglang_router")
-    if version is None:
-        return "sglang-router not importable by the router's Python"
-    return f"sglang-router {version}"
+        return f"router version unknown {found}"
+    for name, dist in METADATA_FIRST.items():
+        if found.get(name):
+            return f"{dist} {found[name]}"
+    return "neither smg nor sglang-router is installed for the router's Python"
 
 
 def node_environment(
@@ -139,50 +149,3 @@ def server_version(url: str, timeout: float = 10.0) -> str | None:
             return None
         return str(version) if version is not None else None
     return None
-
-
-def version_notes(router: str | None, supported: str) -> list[str]:
-    """A note when the router's version is outside ``supported`` (a PEP 440 specifier): its
-    answers passed our shape checks, but the counters we read may mean something else."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    if router is None:
-        return []
-    try:
-        known = Version(router) in SpecifierSet(supported)
-    except InvalidVersion:
-        known = False
-    if known:
-        return []
-    return [
-        f"router is sglang-router {router}, outside the versions whose /readiness and /metrics "
-        f"formats we checked ({supported}): its retry counters may be read wrongly"
-    ]
-
-
-class RouterVersionError(RuntimeError):
-    """The router on its node is not a version whose answers and counters we know."""
-
-
-def router_version_problem(found: dict[str, Any] | str, supported: str) -> str | None:
-    """Why the router found by :func:`software` may not be started (None: it may): not
-    importable, not a version, or outside ``supported``. ``router.allow_unknown_version: true``
-    in the cluster file turns this into the note of :func:`version_notes`."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    if isinstance(found, str):
-        return f"its version could not be read {found}"
-    version = found.get("sglang_router")
-    if version is None:
-        return "sglang_router is not importable by the router's Python"
-    try:
-        if Version(version) in SpecifierSet(supported):
-            return None
-    except InvalidVersion:
-        pass
-    return (
-        f"it is sglang-router {version}, outside the versions whose /readiness and /metrics "
-        f"formats we checked ({supported}): its retry counters would be read wrongly"
-    )

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
 from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
-from pytest_kimi.config.models import MOCK_WIRE_DEFAULT
 from pytest_kimi.deploy.ports import PortBook
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
+from pytest_kimi.versions import SGLangProfile, Versions, assumed
 
 BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
 
@@ -89,6 +89,7 @@ class DeploymentPlan:
     mock_clock: str | None = None  # the shared cluster clock file of a local mock run
     # executor: slurm, once granted: {"job": id, "nodes": [...], "queue_wait_s": s}
     allocation: Mapping[str, object] | None = None
+    versions: Versions | None = None  # what the command lines are built for
 
     @property
     def processes(self) -> tuple[ProcessSpec, ...]:
@@ -117,6 +118,8 @@ class DeploymentPlan:
         """Human-readable listing for ``--kimi-dry-run`` and the manifest: per process, the
         SSH target and the data-network address it binds (and peers use)."""
         lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
+        if self.versions is not None:
+            lines.append(f"# command lines for {self.versions.describe()}")
         if self.cluster.executor == "slurm":
             return "\n".join([*lines, *self._slurm_lines()])
         for proc in self.processes:
@@ -210,26 +213,29 @@ def mock_clock_path(cluster: ClusterConfig, scope: str | None) -> str | None:
     return f"{cluster.work_dir.rstrip('/')}/mock-clock/{scope}/clock"
 
 
-def _disaggregation_flags(layout: Layout, role: str, bootstrap: int | None) -> list[str]:
+def _disaggregation_flags(
+    layout: Layout, role: str, bootstrap: int | None, sglang: SGLangProfile
+) -> list[str]:
     """SGLang's flags for one side of a disaggregated layout (none for a unified replica):
-    its mode and transfer backend; the prefill's bootstrap port and the decode side's TP (its
-    KV is sliced for it), the decode's view of the prefill's PP (it pulls every stage's KV)."""
+    its mode and transfer backend, the prefill's bootstrap port; where the release has them
+    (:attr:`~pytest_kimi.versions.SGLangProfile.pd_shape_flags`) the decode side's TP for the
+    prefill (its KV is sliced for it) and the prefill's PP for the decode (it pulls every
+    stage's KV); later releases learn both through the bootstrap server."""
     if not role:
         return []
     prefill, decode = layout.sides
     flags = ["--disaggregation-mode", role,
              "--disaggregation-transfer-backend", layout.transfer_backend]  # fmt: skip
     if role == "prefill":
-        flags += ["--disaggregation-bootstrap-port", str(bootstrap),
-                  "--disaggregation-decode-tp", str(decode.tp)]  # fmt: skip
-    else:
+        flags += ["--disaggregation-bootstrap-port", str(bootstrap)]
+        if sglang.pd_shape_flags:
+            flags += ["--disaggregation-decode-tp", str(decode.tp)]
+    elif sglang.pd_shape_flags:
         flags += ["--disaggregation-prefill-pp", str(prefill.pp)]
     return flags
 
 
-def _router_workers(
-    cluster: ClusterConfig, layout: Layout, heads: list[ProcessSpec]
-) -> list[str]:
+def _router_workers(cluster: ClusterConfig, layout: Layout, heads: list[ProcessSpec]) -> list[str]:
     """The router's workers and policy: ``--worker-urls`` of every replica head, or in PD mode
     (sglang-router's ``--pd-disaggregation``) one ``--prefill URL BOOTSTRAP_PORT`` per prefill
     head, one ``--decode URL`` per decode head, and a policy per side."""
@@ -268,6 +274,14 @@ def _host_ip_env(nodes: tuple[Node, ...], address: str) -> dict[str, str]:
     return {"SGLANG_HOST_IP": address}
 
 
+def cluster_versions(cluster: ClusterConfig) -> Versions:
+    """What a plan is built for before the nodes are asked: ``server.sglang_version`` (or
+    the newest profile) and ``router.package`` (smg for auto)."""
+    server, router = cluster.server, cluster.router
+    return assumed(server.sglang_version, router.package, server.sglang_version_from,
+                   router.module)  # fmt: skip
+
+
 def resolve_model_path(value: str) -> str:
     """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
     if value == BUILTIN_TOKENIZER:
@@ -285,19 +299,23 @@ def plan_deployment(
     book: PortBook | None = None,
     gpu_scope: str | None = None,
     addrs: Mapping[str, str] | None = None,
+    versions: Versions | None = None,
 ) -> DeploymentPlan:
     """Build the plan. ``ports`` supplies values for ``auto`` ports (tests pass their own);
     else ``book`` books them on this machine until the deployment is gone
     (:mod:`pytest_kimi.deploy.ports`; a dry run, which starts nothing, takes any free one);
     ``gpu_scope`` (``<run>/<layout>``) tells mock servers where to publish their GPUs;
     ``addrs`` (node name -> address, :func:`pytest_kimi.deploy.network.node_addresses`) are
-    the data-network addresses resolved on the nodes, for nodes without ``addr``.
+    the data-network addresses resolved on the nodes, for nodes without ``addr``;
+    ``versions`` the SGLang profile and router package the command lines are for (default:
+    :func:`cluster_versions`; bring-up passes what the nodes run).
 
     Every server binds its node's address (``--host``), peers reach the replica head at its
     address (``--dist-init-addr``), and the router and the client use those addresses. Without
     ``addr`` or a resolved one (a dry run of an ssh cluster; a local cluster) it is ``host``."""
     supply = iter(ports) if ports is not None else None
     resolved = addrs or {}
+    versions = versions or cluster_versions(cluster)
 
     def addr(node: Node) -> str:
         return resolved.get(node.name) or node.addr or ""
@@ -338,7 +356,7 @@ def plan_deployment(
                 "--dist-init-addr", f"{_url_host(head_addr)}:{dist_port}",
                 "--host", addr(node) or node.host,
                 "--port", str(http_port),
-                *_disaggregation_flags(layout, replica.role, bootstrap),
+                *_disaggregation_flags(layout, replica.role, bootstrap, versions.sglang),
                 *flags(cluster.server_args(layout, replica.side)),
             ]  # fmt: skip
             if srv.module == MOCK_MODULE and cluster.mock is not None:
@@ -348,9 +366,7 @@ def plan_deployment(
                     "--mock-gpus-per-node", str(node.gpus),
                 ]  # fmt: skip
                 argv += _mock_gpu_flags(cluster, node, gpu_scope)
-                wire = cluster.mock.sglang_version
-                if wire != MOCK_WIRE_DEFAULT:  # the cluster file's mock.sglang_version
-                    argv += ["--mock-sglang-version", wire]
+                argv += ["--mock-sglang-version", versions.sglang.mock_wire]
                 if clock is not None and rank == 0:  # rank 0 runs the replica's model
                     argv += ["--mock-clock", clock]
                 if cluster.mock.profile:  # inline: the node needs no file of ours
@@ -362,8 +378,12 @@ def plan_deployment(
                     replica_name=f"{replica.role or 'replica'}{number}",
                     node=node,
                     argv=tuple(argv),
-                    env={**socket_env, **_host_ip_env(nodes, addr(node) or node.host),
-                         **cluster.server_env(layout, replica.side), **node.env},
+                    env={
+                        **socket_env,
+                        **_host_ip_env(nodes, addr(node) or node.host),
+                        **cluster.server_env(layout, replica.side),
+                        **node.env,
+                    },
                     replica=replica.index,
                     rank=rank,
                     port=http_port,
@@ -381,13 +401,13 @@ def plan_deployment(
     prometheus_port = port(rtr.prometheus_port, router_node.host)
     router_addr = addr(router_node) or router_node.host
     router_argv = [
-        *rtr.wrapper, rtr.python, "-m", rtr.module,
+        *rtr.wrapper, rtr.python, "-m", rtr.module or versions.router.module,
         *_router_workers(cluster, layout, [s for s in servers if s.rank == 0]),
         "--host", router_addr,
         "--port", str(router_port),
         "--prometheus-host", router_addr,
         "--prometheus-port", str(prometheus_port),
-        *flags(cluster.router_args(layout)),
+        *flags(cluster.router_args(layout, versions.router, versions.router_version)),
     ]  # fmt: skip
     router = ProcessSpec(
         name="router",
@@ -401,4 +421,5 @@ def plan_deployment(
         container=rtr.container,
         addr=addr(router_node),
     )
-    return DeploymentPlan(cluster, layout, tuple(servers), router, mock_clock=clock)
+    return DeploymentPlan(cluster, layout, tuple(servers), router, mock_clock=clock,
+                          versions=versions)  # fmt: skip

@@ -19,14 +19,13 @@ import httpx
 
 Probe = Callable[[httpx.Client], tuple[bool, str]]  # -> (ready, why not)
 
-# The sglang-router releases whose /readiness answer ({"status", "healthy_workers",
-# "total_workers"}) and Prometheus names (``smg_*``: report/routermetrics.py) we have checked
-# against a live router (0.3.2, the version pyproject.toml pins; our tests bring the real router
-# up in front of the mock servers, so mock and real runs use the same router). Older routers
-# (0.1/0.2) named their metrics ``sgl_router_*``. Keep in step with pyproject's pin.
-SUPPORTED_ROUTER = ">=0.3.2,<0.4"
+# The router releases whose /readiness answer ({"status", "healthy_workers", "total_workers"})
+# and Prometheus names (``smg_*``: report/routermetrics.py) we have read against a live router:
+# pytest_kimi.versions.ROUTER_PACKAGES (smg 1.x, sglang-router 0.3.x; our tests bring the real
+# routers up in front of the mock servers, so mock and real runs use the same router). Older
+# routers (0.1/0.2) named their metrics ``sgl_router_*``.
 
-# Prefix of every metric family sglang-router 0.3.x exports (smg: "sglang model gateway").
+# Prefix of every metric family smg and sglang-router 0.3.x export ("sglang model gateway").
 ROUTER_METRIC_PREFIX = "smg_"
 
 
@@ -50,12 +49,12 @@ def answers_200(url: str) -> Probe:
 def readiness_count(status: int, body: bytes) -> int | None:
     """Healthy workers in a router ``/readiness`` answer, None when it says "not ready".
 
-    sglang-router 0.3.x answers 200 ``{"status": "ready", "healthy_workers": N,
+    smg 1.x and sglang-router 0.3.x answer 200 ``{"status": "ready", "healthy_workers": N,
     "total_workers": N}`` and, until enough workers are healthy, 503 ``{"status": "not ready",
-    "reason": "..."}`` (seen on 0.3.2). Raises :class:`FormatError` for anything we cannot read
-    that way: no such endpoint (404/405), a 200 without an integer ``healthy_workers``, a 503
-    JSON answer without ``status``. Other answers that are not JSON (a proxy's error page while
-    the router starts) are "not ready yet"."""
+    "reason": "..."}`` (seen on smg 1.13 and 0.3.2). Raises :class:`FormatError` for anything
+    we cannot read that way: no such endpoint (404/405), a 200 without an integer
+    ``healthy_workers``, a 503 JSON answer without ``status``. Other answers that are not JSON
+    (a proxy's error page while the router starts) are "not ready yet"."""
     import json
 
     if status in (404, 405):
@@ -70,13 +69,13 @@ def readiness_count(status: int, body: bytes) -> int | None:
             return healthy
         raise FormatError(
             f"/readiness answered HTTP 200 with {_short(doc, body)}; expected a JSON object with "
-            'an integer "healthy_workers" (sglang-router 0.3.x: '
+            'an integer "healthy_workers" (smg 1.x and sglang-router 0.3.x: '
             '{"status": "ready", "healthy_workers": N, "total_workers": N})'
         )
     if doc is not None and not (isinstance(doc, dict) and isinstance(doc.get("status"), str)):
         raise FormatError(
             f"/readiness answered HTTP {status} with {_short(doc, body)}; expected a JSON object "
-            'with a "status" (sglang-router 0.3.x: {"status": "not ready", "reason": "..."})'
+            'with a "status" (smg and sglang-router: {"status": "not ready", "reason": "..."})'
         )
     return None
 
@@ -100,7 +99,7 @@ def router_counts(url: str, want: int) -> Probe:
 
 def metric_families(text: str) -> list[str]:
     """The family names in a Prometheus text answer; :class:`FormatError` if it does not parse
-    as Prometheus text, or holds no family named the way sglang-router 0.3.x names them."""
+    as Prometheus text, or holds no family named the way smg and sglang-router 0.3.x name them."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -110,8 +109,8 @@ def metric_families(text: str) -> list[str]:
     if not any(name.startswith(ROUTER_METRIC_PREFIX) for name in names):
         seen = ", ".join(names[:8]) or "no metrics at all"
         raise FormatError(
-            f"/metrics has no {ROUTER_METRIC_PREFIX}* metric (sglang-router 0.3.x names them "
-            f"smg_worker_health, smg_http_requests_total, ...); it has: {seen}"
+            f"/metrics has no {ROUTER_METRIC_PREFIX}* metric (smg and sglang-router 0.3.x name "
+            f"them smg_worker_health, smg_http_requests_total, ...); it has: {seen}"
         )
     return names
 

@@ -45,7 +45,7 @@ def run_record(
         time_scale=inputs.time_scale,
         git_commit=commit,
         sglang=tools.get("sglang (servers)"),
-        router=tools.get("sglang-router (router node)"),
+        router=tools.get("router (router node)"),
         pytest_kimi=tools.get("pytest-kimi"),
         complete=not incomplete,
         incomplete=tuple(incomplete),

@@ -41,7 +41,7 @@ WINDOW = 60  # runs: the gate reads the last two months of nightlies (older leve
 IDENTITY = (
     ("git_commit", "commit"),
     ("sglang", "SGLang"),
-    ("router", "sglang-router"),
+    ("router", "router"),
     ("pytest_kimi", "pytest-kimi"),
     ("cluster_sha256", "cluster file SHA-256"),
 )

@@ -1,8 +1,10 @@
 """``sglang.launch_server``'s command line, as the mock understands it.
 
 The flags that shape behaviour are parsed with SGLang's names and defaults; any other flag
-is accepted and recorded (``unknown``), so a real cluster's command line runs unchanged with
-only the module swapped. Flags starting ``--mock-`` belong to the mock alone.
+the impersonated release takes is accepted and recorded (``unknown``), so a real cluster's
+command line runs unchanged with only the module swapped. A flag that release does not take
+(its parser's flags are recorded in ``pytest_kimi/mock/wire``) is refused as SGLang refuses it:
+"unrecognized arguments", exit 2. Flags starting ``--mock-`` belong to the mock alone.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kimi.mock.speculative import ALGORITHMS, DEFAULT_MAX_RUNNING, Speculation
-from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS
+from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording
 
 
 @dataclass(frozen=True)
@@ -179,9 +181,18 @@ def _mock_flags(p: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: Sequence[str]) -> MockArgs:
-    """Parse ``argv``; unknown flags (and their values) are kept, not rejected."""
+    """Parse ``argv``; flags the release takes but the mock does not model (and their values)
+    are kept, flags it does not take end the process as SGLang's parser ends it."""
     namespace, unknown = _parser().parse_known_args(list(argv))
     values = vars(namespace)
+    refused = unrecognized(argv, values["mock_sglang_version"])
+    if refused:
+        import sys
+
+        # argparse's own words and exit status, as SGLang's launch_server.py prints them
+        print(f"launch_server.py: error: unrecognized arguments: {' '.join(refused)}",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2)
     if values["served_model_name"] is None:
         values["served_model_name"] = values["model_path"]
     if values["mock_gpus_per_node"] is None:
@@ -189,6 +200,27 @@ def parse_args(argv: Sequence[str]) -> MockArgs:
         values["mock_gpus_per_node"] = max(1, gpus // max(1, values["nnodes"]))
     _resolve_speculative(values)
     return MockArgs(values, unknown)
+
+
+def unrecognized(argv: Sequence[str], version: str) -> list[str]:
+    """The flags of ``argv`` (with the values after each) that SGLang ``version``'s parser
+    does not take; ``--mock-*`` flags are the mock's own. Empty where the recording lists no
+    flags."""
+    known = recording(version).server_flags
+    out: list[str] = []
+    taking = False  # the values after a refused flag are refused with it
+    for token in argv:
+        if token.startswith("--"):
+            flag = token.split("=", 1)[0]
+            # argparse (allow_abbrev, SGLang's default) takes a unique prefix: --mem-frac
+            prefix = sum(1 for k in known if k.startswith(flag)) == 1
+            taking = (bool(known) and not flag.startswith("--mock-") and flag not in known
+                      and not prefix)  # fmt: skip
+            if taking:
+                out.append(token)
+        elif taking:
+            out.append(token)
+    return out
 
 
 def _resolve_speculative(values: dict[str, Any]) -> None:

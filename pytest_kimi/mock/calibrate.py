@@ -43,8 +43,9 @@ from pytest_kimi.mock.mission import (
 )
 from pytest_kimi.mock.perfmodel import Profile
 
-# the seed table's twelve cells, bench_serving's output-file keys (ours for p95: 0.5.9 writes
-# only p99 of TTFT/TPOT/E2E; pytest-kimi's summary.json adds p95 with the same naming)
+# the seed table's twelve cells, bench_serving's output-file keys (p95: 0.5.9 writes only p99
+# of TTFT/TPOT/E2E, sglang.benchmark.serving from 0.5.15 p90 and p95 too; pytest-kimi's
+# summary.json has p95 with the same naming in either case)
 CELLS: tuple[str, ...] = (
     "duration", "input_throughput", "output_throughput", "total_throughput",
     "mean_ttft_ms", "median_ttft_ms", "p95_ttft_ms",

@@ -132,6 +132,18 @@ def _observe_chunks(stages: StageLatencies, mark: float, chunks: list[tuple[floa
     return last_done
 
 
+def _observe_chunks_traced(stages: StageLatencies, chunks: list[tuple[float, float]],
+                           last_done: float) -> None:  # fmt: skip
+    """0.5.10 and later: ``chunked_prefill`` per chunk before the last (from the previous
+    chunk's end, the first from its start) and ``prefill_forward`` over the whole prefill (the
+    first chunk's start to the last one's end); the waits between are only traced."""
+    mark = chunks[0][0]
+    for _, done in chunks[:-1]:
+        stages.observe("chunked_prefill", done - mark)
+        mark = done
+    stages.observe("prefill_forward", last_done - chunks[0][0])
+
+
 @dataclass
 class _PrefillRoom:
     rid: str
@@ -143,18 +155,33 @@ class _PrefillRoom:
     ready: float | None = None  # bootstrapped (cluster time)
     chunks: list[tuple[float, float]] = field(default_factory=list)  # (start, done)
     spans: list[Span] = field(default_factory=list)
+    decode_tp: int | None = None  # as its decode server said (releases without the flag)
 
 
 class PrefillSide:
-    """A prefill server's queues: bootstrap, then the model, then the KV's way out."""
+    """A prefill server's queues: bootstrap, then the model, then the KV's way out.
 
-    def __init__(self, engine: Engine, profile: Profile, *, nodes: int, decode_tp: int) -> None:
+    ``decode_tp``: the decode side's TP as ``--disaggregation-decode-tp`` gave it (SGLang
+    0.5.9); None where the release learns it from the decode side itself (later releases:
+    through the bootstrap, here in the decode's notices). ``queue_stages``: the release
+    observes ``prefill_prepare`` and ``prefill_waiting`` (0.5.9); later ones observe the queue
+    in ``sglang:queue_time_seconds`` and each transfer in the ``sglang:kv_transfer_*``
+    histograms (``observed``: what the next scrape writes, in cluster time)."""
+
+    def __init__(
+        self, engine: Engine, profile: Profile, *, nodes: int, decode_tp: int | None,
+        queue_stages: bool = True,
+    ) -> None:  # fmt: skip
         self.engine, self.profile, self.decode_tp = engine, profile, decode_tp
+        self.queue_stages = queue_stages
+        self.observed: list[tuple[str, float]] = []  # (histogram, value) for the next scrape
+        self.keep_observed = True  # False without --enable-metrics: nothing scrapes them
         self.egress = Link(side_bandwidth(profile, nodes))
         self.stages = StageLatencies()
         self.rooms: dict[int, _PrefillRoom] = {}
         self.by_rid: dict[str, int] = {}
-        self.early: dict[int, tuple[Line, float | None]] = {}  # answers before the request
+        # answers before the request: (line, at, the decode's TP)
+        self.early: dict[int, tuple[Line, float | None, int | None]] = {}
         self.inflight: list[tuple[float, float]] = []  # (prefilled, transfer done)
         engine.tokens_read = False  # the router reads this side's answers, not the client
         engine.bounds.append(self._bound)
@@ -166,7 +193,8 @@ class PrefillSide:
         if boot.fake:
             return self.engine.submit(rid, prompt, 1)
         at = self._arrive()
-        self.stages.observe("prefill_prepare", 0.0)
+        if self.queue_stages:
+            self.stages.observe("prefill_prepare", 0.0)
         room = _PrefillRoom(rid, prompt, at, time.monotonic() + HOLD_STALL_S)
         self.rooms[boot.room], self.by_rid[rid] = room, boot.room
         stream = self.engine.expect(rid, prompt, 1)
@@ -186,9 +214,9 @@ class PrefillSide:
         self._arrive(request=False)
         room, at = int(message["room"]), message.get("at")
         if room in self.rooms:
-            self._answer(room, line, at)
+            self._answer(room, line, at, message.get("tp"))
         else:
-            self.early[room] = (line, at)
+            self.early[room] = (line, at, message.get("tp"))
         self.engine.wake.set()
 
     # -- internals --------------------------------------------------------------------------
@@ -198,9 +226,10 @@ class PrefillSide:
             return self.engine.cluster_now()
         return shared.arrive(request=request)
 
-    def _answer(self, room_id: int, line: Line, at: float | None) -> None:
+    def _answer(self, room_id: int, line: Line, at: float | None, tp: int | None) -> None:
         room = self.rooms[room_id]
         room.line, room.answered = line, True
+        room.decode_tp = room.decode_tp or tp
         if at is None:  # queued on the decode side: a later notice gives the time
             return
         room.ready = max(room.arrived, self.engine.from_common(float(at)))
@@ -219,12 +248,20 @@ class PrefillSide:
             return
         room = self.rooms[room_id]
         room.chunks.append((started, done))
-        room.spans.append(self.egress.send(done, kv_bytes(self.profile, tokens, self.decode_tp)))
+        decode_tp = self.decode_tp or room.decode_tp or 1
+        room.spans.append(self.egress.send(done, kv_bytes(self.profile, tokens, decode_tp)))
         if req.prefilled < req.prompt_tokens:
             return
-        mark = _observe_chunks(self.stages, room.ready or room.arrived, room.chunks, done)
+        ready = room.ready or room.arrived
+        if self.queue_stages:
+            mark = _observe_chunks(self.stages, ready, room.chunks, done)
+        else:
+            _observe_chunks_traced(self.stages, room.chunks, done)
+            mark = done
         sent = room.spans[-1].end
         self.stages.observe("prefill_transfer_kv_cache", sent - mark)
+        if not self.queue_stages:
+            self._observe_transfer(room, room.chunks[0][0] - ready, sent - mark)
         self.inflight.append((done, sent))
         if room.line is not None:
             _hold(self.engine)
@@ -233,6 +270,25 @@ class PrefillSide:
                                                        for s in room.spans]})  # fmt: skip
         del self.rooms[room_id]
         self.by_rid.pop(req.rid, None)
+
+    def _observe_transfer(self, room: _PrefillRoom, queued: float, latency: float) -> None:
+        """0.5.10 and later (``compute_and_observe_kv_transfer_metrics``): the wait before the
+        first forward, and the transfer, from the last chunk's end until all of it was sent:
+        its size and speed; the bootstrap's time (allocation takes none here). Cluster
+        seconds, as this side's per-stage latencies."""
+        if not self.keep_observed:
+            return
+        self.observed.append(("sglang:queue_time_seconds", queued))
+        if latency <= 0:
+            return
+        mb = sum(span.size for span in room.spans) / (1024 * 1024)
+        self.observed += [("sglang:kv_transfer_latency_ms", latency * 1000.0),
+                          ("sglang:kv_transfer_total_mb", mb),
+                          ("sglang:kv_transfer_speed_gb_s", mb / 1024 / latency)]  # fmt: skip
+        if room.ready is not None:
+            self.observed += [("sglang:kv_transfer_bootstrap_ms",
+                               (room.ready - room.arrived) * 1000.0),
+                              ("sglang:kv_transfer_alloc_ms", 0.0)]  # fmt: skip
 
     # -- gauges -----------------------------------------------------------------------------
     def gauges(self, now: float) -> dict[str, float]:
@@ -260,9 +316,13 @@ class DecodeSide:
     """A decode server's queues: prealloc, transfer, then the running batch."""
 
     def __init__(
-        self, engine: Engine, profile: Profile, *, nodes: int, bootstrap_port: int = 8998
-    ) -> None:
+        self, engine: Engine, profile: Profile, *, nodes: int, bootstrap_port: int = 8998,
+        tp: int = 1,
+    ) -> None:  # fmt: skip
         self.engine, self.profile, self.bootstrap_port = engine, profile, bootstrap_port
+        self.tp = tp  # said in each notice: the prefill slices the KV for it
+        self.observed: list[tuple[str, float]] = []  # (histogram, value) for the next scrape
+        self.queue_times = False  # 0.5.10 and later: decode_waiting is a queue_time sample too
         self.ingress = Link(side_bandwidth(profile, nodes))
         self.stages = StageLatencies()
         self.rooms: dict[int, _DecodeRoom] = {}
@@ -297,7 +357,7 @@ class DecodeSide:
         else:
             self.prealloc.append(boot.room)
             _hold(self.engine)
-            room.line.send({"room": boot.room, "at": None})
+            room.line.send({"room": boot.room, "at": None, "tp": self.tp})
         return stream
 
     def forget(self, rid: str) -> None:
@@ -354,7 +414,7 @@ class DecodeSide:
         self.stages.observe("decode_bootstrap", at - room.arrived)
         if room.line is not None:
             _hold(self.engine)
-            room.line.send({"room": room_id, "at": self.engine.to_common(at)})
+            room.line.send({"room": room_id, "at": self.engine.to_common(at), "tp": self.tp})
 
     def _finished(self, rid: str) -> None:
         """A slot is free again: the prealloc queue's first request takes it."""
@@ -367,6 +427,8 @@ class DecodeSide:
         landed = room.landed if room is not None else None
         if landed is not None and req is not None and req.admitted_at is not None:
             self.stages.observe("decode_waiting", req.admitted_at - landed)
+            if self.queue_times:
+                self.observed.append(("sglang:queue_time_seconds", req.admitted_at - landed))
         while self.prealloc and len(self.occupied) < self.capacity:
             self._preallocate(self.prealloc.popleft(), self.engine.sim.now)
 
@@ -382,4 +444,3 @@ def _hold(engine: Engine) -> None:
     """A notice is on its way to the other side: the clock waits until it is taken in."""
     if engine.shared is not None:
         engine.shared.hold_if_attached(1)
-

@@ -21,6 +21,7 @@ from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.wire import recording
 from pytest_kimi.mock.wire.info import max_total_tokens
 from pytest_kimi.mock.wire.metrics import MetricStore
+from pytest_kimi.versions import SGLangProfile
 
 HTTP_FAMILIES = ("sglang:http_requests_total", "sglang:http_responses_total",
                  "sglang:http_requests_active")  # fmt: skip
@@ -36,6 +37,9 @@ class ServerMetrics:
         fill = {"model_name": str(args.served_model_name), "pid": str(os.getpid()),
                 "engine_type": kind, "num_pages": str(self.total_tokens), "page_size": "1"}
         self.store = MetricStore(recording(args.wire), fill, own=HTTP_FAMILIES)
+        # a disaggregated side of 0.5.10 and later observes its own queue time (cluster
+        # seconds, from its wait queue: pytest_kimi.mock.disagg)
+        self.side_queue = kind != "unified" and not SGLangProfile(args.wire).pd_queue_stages
         fam = self.store.families.get(PER_STAGE)
         self.stages = {s.get("stage") for s in fam.ready} if fam is not None else set()
 
@@ -54,7 +58,8 @@ class ServerMetrics:
     def admitted(self, queue_s: float, prefill_s: float) -> None:
         """A request left the waiting queue after ``queue_s`` and prefilled in ``prefill_s``
         (wall seconds); SGLang's unified per-stage stages that the version exports."""
-        self.store.observe("sglang:queue_time_seconds", queue_s)
+        if not self.side_queue:
+            self.store.observe("sglang:queue_time_seconds", queue_s)
         seconds = {"prefill_waiting": queue_s, "prefill_forward": prefill_s,
                    "request_process": 0.0}  # fmt: skip
         for stage in sorted(s for s in self.stages if s in seconds):

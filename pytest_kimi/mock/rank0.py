@@ -27,6 +27,7 @@ from pytest_kimi.mock.rendezvous import Rank0, RendezvousError
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.server import build_app
 from pytest_kimi.mock.startup import load, stalls
+from pytest_kimi.versions import SGLangProfile
 
 log = logging.getLogger("sglang.mock")
 READY_LINE = "The server is fired up and ready to roll!"
@@ -147,14 +148,21 @@ async def _disaggregation(
     if mode == "null":
         return None, []
     profile = Profile.from_mapping(args.profile)
+    release = SGLangProfile(args.wire)  # what the release observes and takes
     if mode == "decode":
-        log.info("[%s] disaggregation: decode (prefill pp %d, transfer backend %s)", prefix,
-                 args.disaggregation_prefill_pp, args.disaggregation_transfer_backend)  # fmt: skip
-        side = DecodeSide(engine, profile, nodes=args.nnodes,
+        log.info("[%s] disaggregation: decode (transfer backend %s)", prefix,
+                 args.disaggregation_transfer_backend)  # fmt: skip
+        side = DecodeSide(engine, profile, nodes=args.nnodes, tp=args.tp_size,
                           bootstrap_port=args.disaggregation_bootstrap_port)  # fmt: skip
+        side.queue_times = not release.pd_queue_stages and bool(args.enable_metrics)
         return side, []
-    decode_tp = args.disaggregation_decode_tp or args.tp_size
-    side = PrefillSide(engine, profile, nodes=args.nnodes, decode_tp=decode_tp)
+    # 0.5.9 slices the KV for --disaggregation-decode-tp (default: its own TP); later releases
+    # learn the decode side's TP from the decode side
+    flag = release.pd_shape_flags
+    decode_tp = (args.disaggregation_decode_tp or args.tp_size) if flag else None
+    side = PrefillSide(engine, profile, nodes=args.nnodes, decode_tp=decode_tp,
+                       queue_stages=release.pd_queue_stages)  # fmt: skip
+    side.keep_observed = bool(args.enable_metrics)  # only a /metrics scrape takes them
     lines = await serve_lines(args.host, side.hear)
     rank_port = lines.sockets[0].getsockname()[1]
     info = {"prefill_attn_tp_size": args.tp_size, "prefill_dp_size": args.dp_size,
@@ -165,9 +173,9 @@ async def _disaggregation(
     except OSError:
         lines.close()
         raise
-    log.info("[%s] disaggregation: prefill, bootstrap server on %s:%d (decode tp %d, "
+    log.info("[%s] disaggregation: prefill, bootstrap server on %s:%d (decode tp %s, "
              "transfer backend %s)", prefix, args.host, args.disaggregation_bootstrap_port,
-             decode_tp, args.disaggregation_transfer_backend)  # fmt: skip
+             decode_tp or "from the decode side", args.disaggregation_transfer_backend)  # fmt: skip
 
     async def close() -> None:
         lines.close()

@@ -129,6 +129,9 @@ async def metrics(request: web.Request) -> web.Response:
         return _text(counts.render(engine))
     for name, value in side.gauges(engine.cluster_now()).items():
         counts.gauge(f"sglang:{name}", value)
+    for name, value in side.observed:  # the side's histograms (0.5.10 and later), once each
+        counts.store.observe(name, value)
+    side.observed.clear()
     kind = args.disaggregation_mode
     sched = (f'{{engine_type="{kind}",model_name="{args.served_model_name}",moe_ep_rank="0",'
              f'pp_rank="0",tp_rank="0"}}')  # fmt: skip

@@ -128,7 +128,7 @@ def tools(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     first = next(iter(manifests.values()))
     client = first.get("client") or {}
     packages = client.get("packages") or {}
-    # the client's own packages only: an sglang-router installed beside the client is not
+    # the client's own packages only: a router package installed beside the client is not
     # necessarily the router that served (attached to an endpoint, it never is)
     out = {name: str(version) for name, version in packages.items()
            if name in ("pytest-kimi", "httpx") and version}  # fmt: skip
@@ -142,14 +142,32 @@ def tools(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     )  # fmt: skip
     if servers:
         out["sglang (servers)"] = ", ".join(servers)
-    nodes = [n for m in manifests.values() for n in m.get("nodes") or []]
-    routers = sorted({(n.get("router_software") or {}).get("sglang_router") or ""
-                      for n in nodes} - {""})  # fmt: skip
+    routers = sorted({_router(m) for m in manifests.values()} - {""})
     if routers:
-        out["sglang-router (router node)"] = ", ".join(routers)
-    if any((m.get("attached") or {}).get("kind") == "router" for m in manifests.values()):
-        out["router (attached)"] = "version not stated by the endpoint"
+        out[ROUTER_TOOL] = ", ".join(routers)
+    attached = [m["attached"] for m in manifests.values()
+                if (m.get("attached") or {}).get("kind") == "router"]  # fmt: skip
+    if attached:  # smg states its release (/get_loads); sglang-router 0.3 does not
+        stated = sorted({a.get("router") for a in attached if a.get("router")})
+        out["router (attached)"] = ", ".join(stated) or "version not stated by the endpoint"
     return out
+
+
+ROUTER_TOOL = "router (router node)"
+
+
+def _router(manifest: Mapping[str, Any]) -> str:
+    """``smg 1.13.0``: the package and release the router's node had (manifest
+    ``versions``), as bring-up found them; a manifest written before there were two router
+    packages: its router node's ``sglang_router``; "" where none was found (attached)."""
+    versions = manifest.get("versions") or {}
+    if versions.get("router_version"):
+        return f"{versions.get('router_package')} {versions['router_version']}"
+    for node in manifest.get("nodes") or []:
+        old = (node.get("router_software") or {}).get("sglang_router")
+        if old and "versions" not in manifest:
+            return f"sglang-router {old}"
+    return ""
 
 
 def _parallel(layout: Mapping[str, Any]) -> str:

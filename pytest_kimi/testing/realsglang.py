@@ -81,31 +81,64 @@ def unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+def _installed(what: str, argv: list[str], lock_path: Path, env: dict[str, str] | None) -> None:
+    """Run an install script under a lock (parallel test processes wait for one install);
+    fails or skips with the script's output when it cannot be done."""
+    try:
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True,
+                                      timeout=INSTALL_TIMEOUT_S, env=env)  # fmt: skip
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    except subprocess.TimeoutExpired:
+        unavailable(f"installing {what} did not finish in {INSTALL_TIMEOUT_S:g}s")
+    except OSError as exc:
+        unavailable(f"cannot install {what}: {exc}")
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr)[-4000:]
+        unavailable(f"installing {what} failed (exit {done.returncode}):\n{output}")
+
+
 def install(version: str) -> Path:
     """The venv of ``version``, installed now if it is not complete (the script returns at
     once when it is). Returns the venv's ``python``; fails or skips, with the script's output,
     when that cannot be done."""
     venv = venv_dir(version)
-    lock_path = ROOT / f".venv-sglang-{version}.lock"
-    try:
-        with lock_path.open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                done = subprocess.run(
-                    ["bash", str(INSTALL_SCRIPT), version, str(venv)],
-                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
-                    env=offline_env(),
-                )  # fmt: skip
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    except subprocess.TimeoutExpired:
-        unavailable(f"{INSTALL_SCRIPT.name} {version} did not finish in {INSTALL_TIMEOUT_S:g}s")
-    except OSError as exc:
-        unavailable(f"cannot run {INSTALL_SCRIPT.name} {version}: {exc}")
-    if done.returncode != 0:
-        output = (done.stdout + done.stderr)[-4000:]
-        unavailable(f"installing SGLang {version} failed (exit {done.returncode}):\n{output}")
+    _installed(f"SGLang {version}", ["bash", str(INSTALL_SCRIPT), version, str(venv)],
+               ROOT / f".venv-sglang-{version}.lock", offline_env())  # fmt: skip
     return venv / "bin" / "python"
+
+
+ROUTER_SCRIPT = ROOT / "scripts" / "install_router.sh"
+ROUTER_OF: dict[str, tuple[str, str]] = {"0.5.9": ("sglang-router", "0.3.2"),
+                                         "0.5.23": ("smg", "")}  # fmt: skip
+"""The router each SGLang version is held against here: the one its users ran it behind
+(January 2026: sglang-router 0.3.2; today: smg, the project's own dependency, "" = that one)."""
+
+
+def router_python(package: str, version: str) -> Path:
+    """The interpreter that has ``package`` ``version``: the project's own for smg (its
+    dependency), else that release's venv (``scripts/install_router.sh``, installed now if
+    needed: sglang-router 0.3 beside smg would shadow its ``smg`` script)."""
+    import sys
+
+    if package == "smg" and not version:
+        return Path(sys.executable)
+    venv = ROOT / f".venv-router-{package}-{version}"
+    _installed(f"{package} {version}",
+               ["bash", str(ROUTER_SCRIPT), f"{package}=={version}", str(venv)],
+               ROOT / f".venv-router-{package}-{version}.lock", None)  # fmt: skip
+    return venv / "bin" / "python"
+
+
+def installed_release(python: Path, package: str) -> str:
+    """``package``'s release as ``python`` has it (its metadata): a truth read apart from the
+    product's own probe."""
+    code = f"from importlib import metadata; print(metadata.version({package!r}))"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                          check=True, timeout=120).stdout.strip()  # fmt: skip
 
 
 def server_env(**extra: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_kimi.mock.wire import VERSIONS, recording
+from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording
 
 pytestmark = pytest.mark.slow
 # what the product reads per replica (pytest_kimi.report.replicacounters)
@@ -40,7 +40,7 @@ def server(request: pytest.FixtureRequest, start_mock) -> tuple[str, str]:
     """(version, URL) of a mock with its defaults, an unknown flag (never echoed) and
     metrics on."""
     url = start_mock("--tp-size", "8", "--enable-metrics", "--mock-time-scale", "1000",
-                     "--some-future-flag", "x", "--mock-sglang-version", request.param).url
+                     "--schedule-policy", "lpm", "--mock-sglang-version", request.param).url
     return request.param, url
 
 
@@ -109,9 +109,11 @@ def test_the_abort_counter_appears_at_the_first_abort(start_mock, version):
 
 def test_mock_only_conveniences_are_behind_flags(start_mock):
     """With the flags, the extras appear: so their absence above is the flags' doing."""
-    server = start_mock("--mock-replica-header", "--mock-server-info-extras", "--x-flag", "1")
+    server = start_mock("--mock-replica-header", "--mock-server-info-extras",
+                        "--schedule-policy", "lpm")  # fmt: skip
     info = httpx.get(server.url + "/get_server_info", timeout=10).json()
-    assert {"unrecognized_args", "kimi_mock"} <= set(info) - set(recording("0.5.9").server_info)
+    recorded = set(recording(DEFAULT_VERSION).server_info)
+    assert {"unrecognized_args", "kimi_mock"} <= set(info) - recorded
     body = {"text": "a", "sampling_params": {"max_new_tokens": 2}, "stream": True}
     response = httpx.post(server.url + "/generate", json=body, timeout=10)
     assert "x-kimi-replica" in response.headers

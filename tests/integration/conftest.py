@@ -54,8 +54,8 @@ def mock_server(spawn) -> Iterator[str]:
             "--enable-metrics",
             "--mock-time-scale",
             "1000",
-            "--some-future-flag",
-            "x",
+            "--schedule-policy",
+            "lpm",
         ),
         "mock",
     )

@@ -32,20 +32,26 @@ def _metrics(url: str) -> dict[tuple[str, str], float]:
     return out
 
 
-def _pd(spawn, *decode_flags: str, time_scale: float = TIME_SCALE) -> tuple[str, str, str]:
-    """A 1-node TP8 prefill, a 1-node TP8 decode and the router; their URLs."""
+def _pd(
+    spawn, *decode_flags: str, time_scale: float = TIME_SCALE, version: str = "0.5.23"
+) -> tuple[str, str, str]:
+    """A 1-node TP8 prefill, a 1-node TP8 decode and the router; their URLs. 0.5.9 is told
+    the decode side's TP (--disaggregation-decode-tp); later releases take no such flag: the
+    prefill learns it from the decode side."""
     prefill_port, decode_port, bootstrap = free_port(), free_port(), free_port()
-    common = ("--tp-size", "8", "--enable-metrics", "--mock-time-scale", str(time_scale))
+    common = ("--tp-size", "8", "--enable-metrics", "--mock-time-scale", str(time_scale),
+              "--mock-sglang-version", version)  # fmt: skip
+    shape = ("--disaggregation-decode-tp", "8") if version == "0.5.9" else ()
     prefill = spawn(mock_argv(prefill_port, *common, "--disaggregation-mode", "prefill",
-                              "--disaggregation-bootstrap-port", str(bootstrap),
-                              "--disaggregation-decode-tp", "8"), "prefill")  # fmt: skip
+                              "--disaggregation-bootstrap-port", str(bootstrap), *shape),
+                    "prefill")  # fmt: skip
     decode = spawn(mock_argv(decode_port, *common, "--disaggregation-mode", "decode",
                              *decode_flags), "decode")  # fmt: skip
     p_url, d_url = f"http://127.0.0.1:{prefill_port}", f"http://127.0.0.1:{decode_port}"
     prefill.wait_http(p_url + "/health")
     decode.wait_http(d_url + "/health")
     router_port = free_port()
-    router = spawn([sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+    router = spawn([sys.executable, "-m", "smg.launch_router", "--pd-disaggregation",
                     "--prefill", p_url, str(bootstrap), "--decode", d_url,
                     "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
                     "--host", "127.0.0.1", "--port", str(router_port),
@@ -63,8 +69,11 @@ def _run(url: str, n: int, prompt_words: int, output_len: int, concurrency: int)
     return asyncio.run(run_requests(url, specs, options))
 
 
-def test_requests_through_the_router_are_prefilled_on_one_side_and_decoded_on_the_other(spawn):
-    p_url, d_url, r_url = _pd(spawn)
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_requests_through_the_router_are_prefilled_on_one_side_and_decoded_on_the_other(
+    spawn, version
+):
+    p_url, d_url, r_url = _pd(spawn, version=version)
     ready = httpx.get(r_url + "/readiness", timeout=10).json()
     assert ready["status"] == "ready"
     records = _run(r_url, n=4, prompt_words=16383, output_len=8, concurrency=2)
@@ -78,10 +87,16 @@ def test_requests_through_the_router_are_prefilled_on_one_side_and_decoded_on_th
     assert decode[("sglang:generation_tokens_total", "")] == 4 * 8
     assert decode[("sglang:prompt_tokens_total", "")] == prefill[("sglang:prompt_tokens_total", "")]
     stage = "sglang:per_stage_req_latency_seconds"
-    for name in ("prefill_prepare", "prefill_bootstrap", "prefill_forward",
-                 "prefill_transfer_kv_cache"):  # fmt: skip
+    for name in ("prefill_bootstrap", "prefill_forward", "prefill_transfer_kv_cache"):
         assert prefill[(f"{stage}_count", name)] == 4, name
-    assert prefill[(f"{stage}_count", "prefill_waiting")] == 4 * 2  # once a chunk: two 8K each
+    if version == "0.5.9":
+        assert prefill[(f"{stage}_count", "prefill_prepare")] == 4
+        assert prefill[(f"{stage}_count", "prefill_waiting")] == 4 * 2  # a chunk: two 8K each
+    else:  # only traced from 0.5.10; the queue in queue_time, earlier chunks in chunked_prefill
+        assert ("sglang:per_stage_req_latency_seconds_count", "prefill_waiting") not in prefill
+        assert ("sglang:per_stage_req_latency_seconds_count", "prefill_prepare") not in prefill
+        assert prefill[(f"{stage}_count", "chunked_prefill")] == 4  # the first of two chunks
+        assert prefill[("sglang:queue_time_seconds_count", "")] == 4
     for name in ("decode_prepare", "decode_bootstrap", "decode_transferred", "decode_waiting"):
         assert decode[(f"{stage}_count", name)] == 4, name
     # a 16K prompt's KV to 8 decode ranks over one node's 12.5 GB/s: 0.74 s, of which the
@@ -91,7 +106,16 @@ def test_requests_through_the_router_are_prefilled_on_one_side_and_decoded_on_th
     assert decode[(f"{stage}_sum", "decode_transferred")] / 4 > exposed
     for gauge in ("num_decode_prealloc_queue_reqs", "num_decode_transfer_queue_reqs"):
         assert decode[(f"sglang:{gauge}", "")] == 0  # nothing left waiting
-    assert prefill[("sglang:kv_transfer_speed_gb_s", "")] == 0  # as 0.5.9: never set
+    if version == "0.5.9":
+        assert prefill[("sglang:kv_transfer_speed_gb_s", "")] == 0  # as 0.5.9: never set
+    else:  # one observation a transfer: its size (the whole prompt's KV for 8 ranks), time
+        kv = "sglang:kv_transfer_"
+        assert prefill[(f"{kv}latency_ms_count", "")] == prefill[(f"{kv}total_mb_count", "")] == 4
+        assert prefill[(f"{kv}total_mb_sum", "")] / 4 == pytest.approx(
+            16384 * 1152 * 61 * 8 / 2**20, rel=0.01)  # the prompt and its template's tokens
+        assert prefill[(f"{kv}latency_ms_sum", "")] / 4 == pytest.approx(exposed * 1000)
+        speed = prefill[(f"{kv}speed_gb_s_sum", "")] / 4
+        assert speed == pytest.approx(prefill[(f"{kv}total_mb_sum", "")] / 4 / 1024 / exposed)
     # TTFT holds prefill and the exposed transfer: longer than the prefill's own forward
     forward = prefill[(f"{stage}_sum", "prefill_forward")] / 4
     ttfts = sorted((r.first_token_time - r.latency_start) * TIME_SCALE for r in records)

@@ -88,7 +88,7 @@ def test_kill_9_of_pytest_mid_run_leaves_no_mock_server_or_router(tmp_path: Path
             if _cmdline(p).startswith(f"{sys.executable} -m pytest_kimi.mock.launch_server")
         ]  # not the stand-in nvidia-smi, which the telemetry sampler may be running right now
         assert len(servers) == 8  # the deployment is up: DP2 x 4 nodes (each with a watcher)
-        assert any("sglang_router" in _cmdline(p) for p in ours)
+        assert any("smg.launch_router" in _cmdline(p) for p in ours)
         harness.send_signal(signal.SIGKILL)
         harness.wait(timeout=30)
     finally:

@@ -141,7 +141,7 @@ def test_dry_run_prints_commands_and_starts_nothing(project: pytest.Pytester):
         [
             "# layout wide (TP8/PP1/EP2) on small",
             "*pytest_kimi.mock.launch_server*--tp-size 8 --pp-size 1*--node-rank 0*",
-            "*sglang_router.launch_router --worker-urls*--policy round_robin*",
+            "*smg.launch_router --worker-urls*--policy round_robin*",
         ]
     )
     assert not (project.path / "reports").exists()
@@ -243,7 +243,7 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
             "--kv-cache-dtype bf16 --moe-runner-backend flashinfer_mxfp4 --moe-a2a-backend none "
             "--enable-metrics",
             "# router on node601 (ssh node601, addr 10.0.0.1)",
-            "/opt/sglang/venv/bin/python -m sglang_router.launch_router --worker-urls "
+            "/opt/sglang/venv/bin/python -m smg.launch_router --worker-urls "
             "http://10.0.0.1:30001 http://10.0.0.5:30001 --policy round_robin --host 10.0.0.1 "
             "--port 30000 --prometheus-host 10.0.0.1 --prometheus-port 29000 --disable-retries "
             "--disable-circuit-breaker --health-check-timeout-secs 60 "

@@ -127,8 +127,8 @@ def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
 
 def test_mock_reasoning_flag_streams_sglang_reasoning_chunks(spawn, mock_cmd):
     port = free_port()
-    proc = spawn(mock_cmd(port, "--mock-time-scale", "1000", "--mock-reasoning-tokens", "5"),
-                 "mock")  # fmt: skip
+    proc = spawn(mock_cmd(port, "--mock-time-scale", "1000", "--mock-reasoning-tokens", "5",
+                          "--mock-sglang-version", "0.5.9"), "mock")  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     proc.wait_http(url + "/health")
     body = {"model": "default", "messages": [{"role": "user", "content": "hi"}],

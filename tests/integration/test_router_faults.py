@@ -1,7 +1,7 @@
 """Faults seen through the real SGLang Router, as a benchmark run sees them.
 
 A DP2 deployment of the product's own plan (two 2-node mock replicas behind
-``sglang_router.launch_router --policy round_robin``) is brought up by the deploy layer; faults
+``smg.launch_router --policy round_robin``) is brought up by the deploy layer; faults
 are switched on at run time on a replica's rank 0 (``POST /kimi/faults``), and the product's
 client sends the workload through the router. Every failed request must carry its reason.
 """
@@ -58,7 +58,10 @@ def _run(plan: DeploymentPlan, n: int = 4, timeout_s: float = 60.0) -> list:
 @pytest.mark.parametrize(
     ("knobs", "reason"),
     [
-        ({"cut_after_tokens": 3}, ("stream ended without [DONE]", "RemoteProtocolError")),
+        # sglang-router 0.3 cut the client's stream too; smg ends it with an error event
+        # in its own words ("Stream error: error decoding response body: ... unexpected EOF")
+        ({"cut_after_tokens": 3}, ("stream ended without [DONE]", "RemoteProtocolError",
+                                   "Stream error: error decoding response body")),
         ({"malformed_after_tokens": 2}, ("malformed SSE data",)),
     ],
     ids=["cut-stream", "malformed-sse"],

@@ -1,9 +1,10 @@
 """A router whose answers we do not understand fails the bring-up at once, naming its version.
 
-The deploy layer brings up two mock replicas as usual, then a fake ``sglang_router`` package
-(put first on the router's PYTHONPATH through the cluster file, so the product's own version
-probe finds it, as it would find another release on a real node) whose ``launch_router``
-answers ``/readiness`` or ``/metrics`` in a shape sglang-router 0.3.x does not use. The
+The deploy layer brings up two mock replicas as usual, then a fake ``smg`` package (put first
+on the router's PYTHONPATH through the cluster file, with its dist-info, so the product's own
+version probe finds it, as it would find another release on a real node) whose
+``launch_router`` answers ``/readiness`` or ``/metrics`` in a shape neither smg 1.x nor
+sglang-router 0.3.x uses. The
 start-up timeout is an hour: only a bring-up that gives up at once lets these tests finish.
 """
 
@@ -61,10 +62,13 @@ SMG = '# TYPE smg_worker_health gauge\nsmg_worker_health{worker="x"} 1\n'
 
 
 def _bring_up(tmp_path: Path, readiness: list, metrics: str) -> tuple[str, Deployment]:
-    package = tmp_path / "fakepkg" / "sglang_router"
+    package = tmp_path / "fakepkg" / "smg"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(f'__version__ = "{FAKE_VERSION}"\n')
+    (package / "__init__.py").write_text('__version__ = "0.0.1"\n')  # metadata says the release
     (package / "launch_router.py").write_text(FAKE_ROUTER)
+    info = package.parent / f"smg-{FAKE_VERSION}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: smg\nVersion: {FAKE_VERSION}\n")
     env = {
         "HF_ENDPOINT": "http://127.0.0.1:9",
         "PYTHONPATH": str(package.parent),
@@ -97,7 +101,7 @@ def test_an_unknown_readiness_answer_fails_at_once_naming_the_router_version(
     tmp_path: Path, readiness: list, unexpected: str
 ):
     message, deployment = _bring_up(tmp_path, readiness, SMG)
-    wanted = f"sglang-router {FAKE_VERSION} answered in a format we do not understand"
+    wanted = f"smg {FAKE_VERSION} answered in a format we do not understand"
     assert wanted in message, message  # the whole message (a router's traceback) if not
     assert "/readiness" in message and unexpected in message
     assert "after 3600s" not in message  # not the deadline
@@ -109,6 +113,6 @@ def test_router_metrics_named_another_way_fail_at_once_naming_the_router_version
 ):
     old = "# TYPE sgl_router_requests_total counter\nsgl_router_requests_total 3\n"
     message, deployment = _bring_up(tmp_path, READY, old)
-    assert f"sglang-router {FAKE_VERSION} answered in a format" in message
+    assert f"smg {FAKE_VERSION} answered in a format" in message
     assert "/metrics has no smg_* metric" in message and "sgl_router_requests" in message
     assert deployment.leftovers == []

@@ -1,4 +1,6 @@
-"""Tests against real SGLang servers (0.5.9 and 0.5.23) on the CPU, behind the real router.
+"""Tests against real SGLang servers (0.5.9 and 0.5.23) on the CPU, behind the real router:
+each version behind the router its users ran it with (0.5.9: sglang-router 0.3.2, in its own
+venv; 0.5.23: smg, the project's dependency), so both router generations meet real servers.
 
 Each version's venv is built on first use by ``scripts/install_real_sglang.sh`` (CI builds
 them beside its other installs). Where that cannot be done the tests skip with the reason;
@@ -9,7 +11,6 @@ version's servers start once per module that needs them.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,17 +23,35 @@ from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.testing.peer import offline_env
 from pytest_kimi.testing.processes import Proc
 from pytest_kimi.testing.realsglang import (
+    ROUTER_OF,
     START_TIMEOUT_S,
     VERSIONS,
     RealServer,
     install,
+    router_python,
     stop_servers,
 )
+from pytest_kimi.versions import ROUTER_PACKAGES, RouterPackage
 
 
 @pytest.fixture(scope="session", params=VERSIONS)
 def sglang_version(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@dataclass(frozen=True)
+class RouterUnderTest:
+    """The router package a version is held against, and the interpreter that has it."""
+
+    package: RouterPackage
+    python: Path
+    version: str  # "": the project's own (its newest)
+
+
+@pytest.fixture(scope="session")
+def router(sglang_version: str) -> RouterUnderTest:
+    package, version = ROUTER_OF[sglang_version]
+    return RouterUnderTest(ROUTER_PACKAGES[package], router_python(package, version), version)
 
 
 @pytest.fixture(scope="session")
@@ -52,12 +71,17 @@ class RealDeployment:
     metrics_url: str
 
 
-def _router_argv(workers: list[str], port: int, metrics_port: int) -> list[str]:
+def _router_argv(
+    router: RouterUnderTest, workers: list[str], port: int, metrics_port: int
+) -> list[str]:
+    from pytest_kimi.deploy.plan import flags
+    from pytest_kimi.versions import router_args
+
     return [
-        sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers,
+        str(router.python), "-m", router.package.module, "--worker-urls", *workers,
         "--policy", "round_robin", "--host", "127.0.0.1", "--port", str(port),
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
-        "--disable-retries", "--disable-circuit-breaker",
+        *flags(router_args(router.package, {}, router.version or None)),  # as pytest-kimi does
     ]  # fmt: skip
 
 
@@ -70,13 +94,16 @@ def _wait_router(router: Proc, url: str, workers: int) -> None:
 
 @pytest.fixture(scope="module")
 def real_deployment(
-    sglang_version: str, sglang_python: Path, tmp_path_factory: pytest.TempPathFactory
+    sglang_version: str,
+    sglang_python: Path,
+    router: RouterUnderTest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RealDeployment]:
     """A deployment started by hand (not by pytest-kimi), for attaching to: both servers at
     once, then the router once they answer."""
     logs = tmp_path_factory.mktemp(f"real-{sglang_version}")
     servers: list[RealServer] = []
-    router: Proc | None = None
+    proc: Proc | None = None
     try:
         for i in range(2):
             servers.append(RealServer(sglang_version, sglang_python, free_port(),
@@ -85,10 +112,10 @@ def real_deployment(
             list(pool.map(lambda s: s.wait_ready(START_TIMEOUT_S), servers))
         port, metrics_port = free_port(), free_port()
         url = f"http://127.0.0.1:{port}"
-        router = Proc(_router_argv([s.url for s in servers], port, metrics_port),
-                      logs / "router.log", env=offline_env())  # fmt: skip
-        _wait_router(router, url, len(servers))
-        yield RealDeployment(sglang_version, servers, router, url,
+        proc = Proc(_router_argv(router, [s.url for s in servers], port, metrics_port),
+                    logs / "router.log", env=offline_env())  # fmt: skip
+        _wait_router(proc, url, len(servers))
+        yield RealDeployment(sglang_version, servers, proc, url,
                              f"http://127.0.0.1:{metrics_port}/metrics")  # fmt: skip
     finally:
-        stop_servers(router, *servers)
+        stop_servers(proc, *servers)

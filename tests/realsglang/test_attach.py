@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.testing.processes import pytest_argv
-from pytest_kimi.testing.realsglang import ROOT, run_child
+from pytest_kimi.testing.realsglang import ROOT, installed_release, run_child
 
 pytestmark = pytest.mark.slow
 
 CLUSTER = ROOT / "clusters" / "cpu-sglang.yaml"
+
 
 
 def _attach(deployment, out: Path, *args: str, cluster: Path = CLUSTER):
@@ -33,7 +34,7 @@ def _attach(deployment, out: Path, *args: str, cluster: Path = CLUSTER):
     return done, runs[0] if runs else None
 
 
-def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, tmp_path):
+def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, router, tmp_path):
     version = real_deployment.version
     done, run = _attach(real_deployment, tmp_path,
                         f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
@@ -52,9 +53,14 @@ def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, tmp
     assert manifest["layout"]["server_args"]["device"] == "cpu"
     md = (run / "comparison.md").read_text()
     assert f"sglang (servers) {version}" in md
-    assert "router (attached) version not stated by the endpoint" in md
-    client_router = metadata.version("sglang-router")  # installed beside the client
-    assert f"sglang-router {client_router}" not in md  # the client's package is not the router
+    if router.package.name == "smg":  # smg states its release (/get_loads), read from it
+        stated = installed_release(router.python, "smg")
+        assert attached["router"] == f"smg {stated}"
+        assert f"router (attached) smg {stated}" in md
+    else:  # sglang-router 0.3.2 states none; the client's own smg is not it
+        assert attached["router"] is None
+        assert "router (attached) version not stated by the endpoint" in md
+        assert f"smg {metadata.version('smg')}" not in md
 
 
 def test_an_attached_run_splits_requests_by_the_workers_counters(real_deployment, tmp_path):
@@ -121,9 +127,10 @@ def test_openai_streams_place_every_token_where_each_chunk_is_counted(
     assert manifest["attached"]["kind"] == "server" and manifest["replicas"] == 1
 
 
-def test_the_router_drops_per_chunk_usage_that_the_servers_send(real_deployment):
+def test_only_the_old_router_drops_per_chunk_usage_that_the_servers_send(real_deployment, router):
     # the fact behind the mission's "ITL: N tokens could not be placed" note: the same request
-    # has a count in every chunk from a server, and none through sglang-router 0.3.2
+    # has a count in every chunk from a server, none through sglang-router 0.3.2, and every
+    # one through smg
     import httpx
 
     body = {"model": "m", "prompt": "bago bagu bala", "max_tokens": 4, "stream": True,
@@ -138,4 +145,8 @@ def test_the_router_drops_per_chunk_usage_that_the_servers_send(real_deployment)
         return [e.get("usage") for e in events if e.get("choices")]
 
     assert all(u is not None for u in usages(real_deployment.servers[0].url))
-    assert all(u is None for u in usages(real_deployment.url))
+    through = usages(real_deployment.url)
+    if router.package.name == "sglang-router":
+        assert all(u is None for u in through), through
+    else:
+        assert all(u is not None for u in through), through

@@ -20,6 +20,7 @@ from pytest_kimi.testing.processes import pytest_argv
 from pytest_kimi.testing.realsglang import (
     ROOT,
     assert_no_standin_calls,
+    installed_release,
     pids_with_env,
     run_child,
     venv_dir,
@@ -34,12 +35,14 @@ RUN_MARK = "KIMI_TEST_RUN"
 
 
 @pytest.fixture(scope="module")
-def mission(sglang_version: str, sglang_python: Path, tmp_path_factory) -> dict:
-    """One run of the mission's command on this version: its exit code, output, run folder,
-    and what the kernel still lists of it afterwards."""
+def mission(sglang_version: str, sglang_python: Path, router, tmp_path_factory) -> dict:
+    """One run of the mission's command on this version, behind its router (router.package:
+    auto finds it in the interpreter given): its exit code, output, run folder, and what the
+    kernel still lists of it afterwards."""
     out = tmp_path_factory.mktemp(f"mission-{sglang_version}")
     mark = uuid.uuid4().hex
-    env = {**os.environ, "KIMI_SGLANG_VENV": str(venv_dir(sglang_version)), RUN_MARK: mark}
+    env = {**os.environ, "KIMI_SGLANG_VENV": str(venv_dir(sglang_version)), RUN_MARK: mark,
+           "KIMI_ROUTER_PYTHON": str(router.python)}  # fmt: skip
     argv = pytest_argv(
         "tests/perf", "--cluster", "clusters/cpu-sglang.yaml", f"--layout={','.join(LAYOUTS)}",
         f"--kimi-api={','.join(APIS)}", f"--kimi-report-dir={out}", "-p", "no:cacheprovider",
@@ -69,7 +72,7 @@ def test_the_mission_passes_and_writes_the_comparison(mission: dict) -> None:
 
 
 def test_each_manifest_names_the_version_the_servers_state(
-    mission: dict, sglang_version: str
+    mission: dict, sglang_version: str, router
 ) -> None:
     for layout in LAYOUTS:
         manifest = json.loads((mission["run"] / layout / "manifest.json").read_text())
@@ -78,8 +81,18 @@ def test_each_manifest_names_the_version_the_servers_state(
         assert len(stated) == 2 and set(stated.values()) == {sglang_version}, stated
         installed = {n["software"]["sglang"] for n in manifest["nodes"]}
         assert installed == {sglang_version}
+        # the releases bring-up asked the nodes for, and built the command lines for
+        versions = manifest["versions"]
+        assert (versions["sglang"], versions["sglang_source"]) == (sglang_version,
+                                                                   "asked of the nodes")
+        assert versions["router_package"] == router.package.name
+        assert versions["router_version"] == installed_release(router.python, router.package.name)
+        [command] = [p["command"] for p in manifest["processes"] if p["role"] == "router"]
+        assert f" -m {router.package.module} " in command
     md = (mission["run"] / "comparison.md").read_text()
     assert f"sglang (servers) {sglang_version}" in md
+    version = installed_release(router.python, router.package.name)
+    assert f"router (router node) {router.package.name} {version}" in md
 
 
 def test_the_replica_split_sums_to_the_requests(mission: dict) -> None:
@@ -116,12 +129,12 @@ def test_generate_places_every_token_and_each_gap_is_an_itl_sample(mission: dict
 
 
 def test_openai_streams_without_counts_per_chunk_say_how_many_tokens_were_not_placed(
-    mission: dict,
+    mission: dict, router
 ) -> None:
     # sglang-router 0.3.2 drops stream_options.continuous_usage_stats on the way to the
     # servers, so behind it a chunk's token count is unknown; the summary must say how many
-    # tokens could not be placed: exactly the records' shortfall (tests/realsglang/test_attach
-    # shows every token placed on these APIs where the count reaches the client)
+    # tokens could not be placed: exactly the records' shortfall. smg passes it on: behind it
+    # every token is placed, as /generate's are (tests/realsglang/test_attach shows both)
     for layout in LAYOUTS:
         for api in ("completions", "chat"):
             records = _records(mission["run"], layout, api)
@@ -129,6 +142,9 @@ def test_openai_streams_without_counts_per_chunk_say_how_many_tokens_were_not_pl
                           for r in records)  # fmt: skip
             summary = json.loads((mission["run"] / layout / api / "summary.json").read_text())
             notes = [n for n in summary["notes"] if n.startswith("ITL: ")]
+            if router.package.name == "smg":
+                assert missing == 0, (layout, api)
+                _itl_checked(records, (layout, api))
             if missing:
                 assert notes and notes[0].startswith(f"ITL: {missing} of {16 * OUTPUT_LEN} "), (
                     layout, api, notes)  # fmt: skip

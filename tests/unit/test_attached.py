@@ -125,3 +125,30 @@ def test_odd_sizes_are_unknown_and_zero_is_a_value() -> None:
                          disaggregation_mode="null"))["layout"]["server_args"]  # fmt: skip
     assert args["chunked-prefill-size"] == 0
     assert "disable-radix-cache" not in args and "disaggregation-mode" not in args
+
+
+def test_smg_states_its_release_and_sglang_router_does_not(endpoint) -> None:
+    """smg answers /get_loads with its release (seen on 1.13.0); sglang-router 0.3.2 with the
+    workers' loads only: no release is guessed for it."""
+    url, routes = endpoint
+    routes["/workers"] = (200, {"workers": [{"url": f"{url}/a"}]})
+    routes["/a/server_info"] = (200, _info())
+    routes["/get_loads"] = (200, {"timestamp": "2026-12-06T02:44:44Z", "version": "smg-1.13.0",
+                                  "dp_rank_count": 0, "loads": []})  # fmt: skip
+    assert discover(url).router == "smg 1.13.0"
+    routes["/get_loads"] = (200, {"workers": [{"worker": f"{url}/a", "load": 0}]})
+    assert discover(url).router is None
+    del routes["/workers"]  # a server, not a router: not asked
+    assert discover(url).router is None
+
+
+def test_the_servers_release_is_read_against_the_supported_range(endpoint) -> None:
+    url, routes = endpoint
+    routes["/server_info"] = (200, _info(version="0.6.2"))
+    [note] = discover(url).notes
+    assert "SGLang 0.6.2 (stated by the servers) is newer than the newest release" in note
+    routes["/server_info"] = (200, _info(version="0.5.8"))
+    [note] = discover(url).notes
+    assert "older than pytest-kimi supports: 0.5.9 and newer" in note
+    routes["/server_info"] = (200, _info(version="0.5.23-kimi-mock"))
+    assert discover(url).notes == ()  # the mock answers as 0.5.23

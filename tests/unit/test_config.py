@@ -106,7 +106,7 @@ def test_local_yaml_loads() -> None:
 
     rtr = cfg.router
     assert rtr.python == sys.executable
-    assert rtr.module == "sglang_router.launch_router"
+    assert rtr.module is None and rtr.package == "auto"  # smg or sglang-router, as found
     assert rtr.node == "node601"
     assert rtr.port is None and rtr.prometheus_port is None
     assert rtr.policy == "round_robin"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,9 @@ def test_the_cpu_sglang_cluster_takes_its_venv_from_the_environment() -> None:
     path = Path(__file__).resolve().parents[2] / "clusters" / "cpu-sglang.yaml"
     default = load_cluster(path, environ={})
     assert default.server.python == ".venv-sglang-0.5.23/bin/python"
-    assert default.variables == {"KIMI_SGLANG_VENV": ".venv-sglang-0.5.23"}
+    assert default.variables == {"KIMI_SGLANG_VENV": ".venv-sglang-0.5.23",
+                                 "KIMI_ROUTER_PYTHON": "current"}  # fmt: skip
+    assert default.router.python == sys.executable  # the project's smg
     chosen = load_cluster(path, environ={"KIMI_SGLANG_VENV": "/opt/sglang-0.5.9"})
     assert chosen.server.python == "/opt/sglang-0.5.9/bin/python"
     tp2 = chosen.layout("tp2")

@@ -1,4 +1,4 @@
-"""Version probes and the router answer shapes a bring-up accepts (sglang-router 0.3.x)."""
+"""Version probes and the router answer shapes a bring-up accepts (smg 1.x, sglang-router 0.3.x)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ from pytest_kimi.deploy.envinfo import (
     probe_command,
     router_version,
     software,
-    version_notes,
 )
 from pytest_kimi.deploy.executor import LocalExecutor
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.readiness import (
-    SUPPORTED_ROUTER,
     FormatError,
     metric_families,
     readiness_count,
@@ -77,10 +75,18 @@ def test_metrics_named_another_way_or_not_prometheus_are_format_errors():
         metric_families("{not prometheus\n")
 
 
-def _fake_package(tmp_path: Path, version: str) -> Path:
-    package = tmp_path / "sglang_router"
+def _fake_package(tmp_path: Path, version: str, name: str = "sglang_router") -> Path:
+    """A router package on a PYTHONPATH, installed as pip would leave it (dist-info with its
+    release) but with a stale ``__version__``, as smg 1.13.0's says 1.1.0: metadata wins."""
+    package = tmp_path / name
     package.mkdir()
-    (package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    (package / "__init__.py").write_text('__version__ = "0.0.1"\n')
+    dist = {"sglang_router": "sglang_router", "smg": "smg"}[name]
+    info = tmp_path / f"{dist}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
+    )
     return tmp_path
 
 
@@ -93,38 +99,37 @@ def test_versions_are_those_the_process_own_interpreter_and_environment_import(t
     )
     found = software(LocalExecutor(), spec, [sys.executable])
     assert isinstance(found, dict)
-    assert found["sglang_router"] == "7.7.7"
+    assert found["sglang_router"] == "7.7.7"  # the package's metadata, not its __version__
     assert found["python"] == f"{sys.version_info.major}.{sys.version_info.minor}." + str(
         sys.version_info.micro
     )
     assert interpreter(spec) == ("nice", sys.executable)
-    assert router_version(LocalExecutor(), spec) == "sglang-router 7.7.7"
+    (tmp_path / "other").mkdir()
+    smg = _fake_package(tmp_path / "other", "7.7.8", "smg")
+    spec = ProcessSpec("router", NODE, (sys.executable, "-m", "smg.launch_router"),
+                       {"PYTHONPATH": str(smg)})  # fmt: skip
+    assert router_version(LocalExecutor(), spec) == "smg 7.7.8"
 
 
 def test_versions_are_probed_after_the_process_setup_lines(tmp_path):
     """A venv activated by a setup line decides what the process imports: probe after it."""
-    package_dir = _fake_package(tmp_path, "8.8.8")
+    package_dir = _fake_package(tmp_path, "8.8.8", "smg")
     spec = ProcessSpec(
-        "router", NODE, (sys.executable, "-m", "sglang_router.launch_router"),
+        "router", NODE, (sys.executable, "-m", "smg.launch_router"),
         setup=(f"export PYTHONPATH={package_dir}",),
     )  # fmt: skip
-    assert router_version(LocalExecutor(), spec) == "sglang-router 8.8.8"
+    assert router_version(LocalExecutor(), spec) == "smg 8.8.8"
 
 
 def test_a_failed_version_probe_says_why_and_never_raises():
-    spec = ProcessSpec("router", NODE, ("/nonexistent/python", "-m", "sglang_router"))
+    spec = ProcessSpec("router", NODE, ("/nonexistent/python", "-m", "smg.launch_router"))
     said = router_version(LocalExecutor(), spec)
-    assert said.startswith("sglang-router version unknown (probe failed, exit 127")
-
-
-def test_a_router_outside_the_supported_versions_is_noted():
-    assert version_notes("0.3.2", SUPPORTED_ROUTER) == []
-    assert version_notes(None, SUPPORTED_ROUTER) == []
-    (note,) = version_notes("0.4.0", SUPPORTED_ROUTER)
-    assert "sglang-router 0.4.0" in note and SUPPORTED_ROUTER in note
-    assert version_notes("installed", SUPPORTED_ROUTER)  # no version: not one we checked
+    assert said.startswith("router version unknown (probe failed, exit 127")
 
 
 def test_the_supported_range_is_the_one_the_package_pins():
+    from pytest_kimi.versions import SMG
+
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert json.dumps(f"sglang-router{SUPPORTED_ROUTER}") in pyproject
+    assert json.dumps(f"smg{SMG.supported}") in pyproject
+    assert '"sglang-router' not in pyproject  # its own venv: its `smg` script would clash

@@ -1,7 +1,7 @@
 """The mock's wire versions without a server: the recordings, the metric store that writes
 ``/metrics`` from them, ``meta_info`` per version and its timings, SGLang's length checks,
-the cluster file's ``mock.sglang_version`` reaching the mock's command line, and what the
-conformance test calls a shape."""
+the cluster file's ``server.sglang_version`` reaching the mock's command line, the flags each
+release refuses, and what the conformance test calls a shape."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_kimi.config import load_cluster
-from pytest_kimi.config.models import MOCK_WIRE_DEFAULT, MOCK_WIRE_VERSIONS, Mock
 from pytest_kimi.deploy.plan import plan_deployment
-from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording
+from pytest_kimi.mock.args import parse_args, unrecognized
+from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording, wire_file
 from pytest_kimi.mock.wire.errors import too_long
 from pytest_kimi.mock.wire.info import server_info
 from pytest_kimi.mock.wire.meta import Progress, Times, meta_info
 from pytest_kimi.mock.wire.metrics import MetricStore
 from pytest_kimi.testing.wireshape import differences, merged_away, pattern
+from pytest_kimi.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 FILL = {"model_name": "m", "pid": "1", "engine_type": "unified", "num_pages": "8",
@@ -143,31 +144,59 @@ def test_server_info_is_the_recording_with_the_mocks_values(version):
     assert info["internal_states"][0]["tp_size"] == 32
 
 
-def test_the_cluster_file_names_a_recorded_version(tmp_path):
-    # the configuration's list (no import of the mock there) is the recordings' list
-    assert (MOCK_WIRE_VERSIONS, MOCK_WIRE_DEFAULT) == (VERSIONS, DEFAULT_VERSION)
-    assert Mock().sglang_version == DEFAULT_VERSION
-    assert Mock(sglang_version="0.5.23").sglang_version == "0.5.23"
+def _with_server_version(tmp_path: Path, version: str) -> Path:
     text = (CLUSTERS / "local.yaml").read_text(encoding="utf-8")
-    assert "\nmock:\n" in text
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("\nmock:\n", "\nmock:\n  sglang_version: 0.6.0\n"), "utf-8")
-    with pytest.raises(Exception, match="sglang_version"):
-        load_cluster(bad)
+    assert "\n  model_path: builtin:mock-tokenizer" in text
+    path = tmp_path / "local.yaml"
+    path.write_text(text.replace("\n  model_path: builtin:mock-tokenizer",
+                                 f"\n  model_path: builtin:mock-tokenizer\n  sglang_version: "
+                                 f"'{version}'"), "utf-8")  # fmt: skip
+    return path
+
+
+def test_the_cluster_file_names_a_recorded_version(tmp_path):
+    # the versions' list (no import of the mock in the product) is the recordings' list
+    assert (MOCK_SGLANG_VERSIONS, NEWEST_SGLANG) == (VERSIONS, DEFAULT_VERSION)
+    assert DEFAULT_VERSION == "0.5.23"  # the mock answers as the newest unless told
+    assert all(wire_file(v).is_file() for v in VERSIONS)
+    with pytest.raises(Exception, match=r"server\.sglang_version.*not 0\.5\.15"):
+        load_cluster(_with_server_version(tmp_path, "0.5.15"))  # supported, but not recorded
+    with pytest.raises(Exception, match=r"server\.sglang_version.*older than"):
+        load_cluster(_with_server_version(tmp_path, "0.5.8"))
+    with pytest.raises(Exception, match=r"server\.sglang_version.*not a version"):
+        load_cluster(_with_server_version(tmp_path, "latest"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_plan_passes_the_version_to_every_mock_server(version, tmp_path):
-    text = (CLUSTERS / "local.yaml").read_text(encoding="utf-8")
-    path = tmp_path / "local.yaml"
-    path.write_text(text.replace("\nmock:\n", f"\nmock:\n  sglang_version: '{version}'\n"))
-    cluster = load_cluster(path)  # from the file, through the configuration's records
-    assert cluster.mock.sglang_version == version
+    cluster = load_cluster(_with_server_version(tmp_path, version))
+    assert cluster.server.sglang_version == version
     plan = plan_deployment(cluster, cluster.layout("tp32"), ports=iter(range(40000, 40100)))
-    flags = [s.argv[s.argv.index("--mock-sglang-version") + 1] for s in plan.servers
-             if "--mock-sglang-version" in s.argv]  # fmt: skip
-    # the default is the mock's own: the flag is left out then, as the time scale never is
-    assert flags == ([] if version == DEFAULT_VERSION else [version] * len(plan.servers))
+    flags = [s.argv[s.argv.index("--mock-sglang-version") + 1] for s in plan.servers]
+    assert flags == [version] * len(plan.servers)
+
+
+def test_each_release_refuses_the_flags_its_parser_does_not_take(capsys):
+    """The recorded flags are each release's own parser's (scripts/capture_sglang_wire.py):
+    0.5.23 dropped the PD shape flags, which 0.5.9 takes; a flag no release has is refused by
+    both, with argparse's words and exit status, as SGLang refuses it."""
+    assert "--disaggregation-decode-tp" in recording("0.5.9").server_flags
+    assert "--disaggregation-decode-tp" not in recording("0.5.23").server_flags
+    argv = ["--model-path", "m", "--disaggregation-mode", "prefill",
+            "--disaggregation-decode-tp", "32", "--enable-metrics"]  # fmt: skip
+    assert unrecognized(argv, "0.5.9") == []
+    assert unrecognized(argv, "0.5.23") == ["--disaggregation-decode-tp", "32"]
+    assert unrecognized(["--no-such-flag=1", "--mock-seed", "3"], "0.5.9") == ["--no-such-flag=1"]
+    # argparse takes a unique prefix, as SGLang's parser does (allow_abbrev); not an ambiguous one
+    assert unrecognized(["--tp", "8", "--mem-frac", "0.8"], "0.5.23") == []
+    assert unrecognized(["--disable-cuda", "1"], "0.5.23") == ["--disable-cuda", "1"]
+    assert parse_args([*argv, "--mock-sglang-version", "0.5.9"]).disaggregation_decode_tp == 32
+    with pytest.raises(SystemExit) as exited:
+        parse_args([*argv, "--mock-sglang-version", "0.5.23"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "launch_server.py: error: unrecognized arguments: --disaggregation-decode-tp 32"
+    )
 
 
 def test_shapes_compare_keys_types_and_the_protocols_words():

@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.bringup import check_router_version
 from pytest_kimi.config import ClusterConfig, NetworkConfig, Node, load_cluster
-from pytest_kimi.config.load import ROUTER_BENCHMARK_ARGS, router_args
 from pytest_kimi.deploy import network
-from pytest_kimi.deploy.envinfo import RouterVersionError, router_version_problem
 from pytest_kimi.deploy.plan import plan_deployment
-from pytest_kimi.deploy.readiness import SUPPORTED_ROUTER
 from pytest_kimi.report.routermetrics import notes
 from pytest_kimi.testing.processes import pytest_argv
 
@@ -109,36 +105,11 @@ def test_dry_run_of_pro6000_shows_addresses_interfaces_and_router_settings() -> 
 # ------------------------------------------------------------------- router arguments
 
 
-def test_router_defaults_merge_with_the_file() -> None:
-    assert router_args({}) == ROUTER_BENCHMARK_ARGS
-    given = router_args({"health-check-timeout-secs": 300, "disable-circuit-breaker": False})
-    assert given["health-check-timeout-secs"] == 300
-    assert given["disable-circuit-breaker"] is False  # _flags drops it from argv
-    tuned = router_args({"retry-max-retries": 2, "cb-failure-threshold": 4})
-    assert "disable-retries" not in tuned and "disable-circuit-breaker" not in tuned
-    assert tuned["retry-max-retries"] == 2
-
-
 def test_false_removes_a_default_from_the_router_argv(pro6000: ClusterConfig) -> None:
-    router = dataclasses.replace(pro6000.router, args=router_args({"disable-retries": False}))
+    router = dataclasses.replace(pro6000.router, args={"disable-retries": False})
     plan = plan_deployment(dataclasses.replace(pro6000, router=router), pro6000.layout("tp32"))
     assert "--disable-retries" not in plan.router.argv
     assert "--disable-circuit-breaker" in plan.router.argv
-
-
-def test_router_version_outside_what_we_parse_is_refused(pro6000: ClusterConfig) -> None:
-    assert router_version_problem({"sglang_router": "0.3.2"}, SUPPORTED_ROUTER) is None
-    assert "0.2.0" in router_version_problem({"sglang_router": "0.2.0"}, SUPPORTED_ROUTER)
-    assert "not importable" in router_version_problem({"sglang_router": None}, ">=0.3")
-    assert "could not be read" in router_version_problem("(probe failed: x)", ">=0.3")
-    plan = plan_deployment(pro6000, pro6000.layout("tp32"))
-    inputs = type("Inputs", (), {"cluster": pro6000})()
-    check_router_version(inputs, Answers({}, "0.3.2"), plan)  # type: ignore[arg-type]
-    with pytest.raises(RouterVersionError, match=r"node node601: it is sglang-router 0\.2\.0"):
-        check_router_version(inputs, Answers({}, "0.2.0"), plan)  # type: ignore[arg-type]
-    allowed = dataclasses.replace(pro6000.router, allow_unknown_version=True)
-    inputs.cluster = dataclasses.replace(pro6000, router=allowed)
-    check_router_version(inputs, Answers({}, "0.2.0"), plan)  # type: ignore[arg-type]
 
 
 def test_router_metrics_without_known_counters_are_said_unavailable() -> None:

@@ -1,13 +1,15 @@
 """Prefill/decode disaggregated layouts (issue 20, part 1): the cluster file's ``prefill:`` and
-``decode:`` sides, where each side's replicas run, and the exact SGLang 0.5.9 server flags and
-sglang-router 0.3.2 PD-mode command line they become.
+``decode:`` sides, where each side's replicas run, and the exact SGLang server flags and router
+PD-mode command line they become, per SGLang release.
 
 The flags are SGLang's own (``srt/server_args.py``): ``--disaggregation-mode``,
-``--disaggregation-transfer-backend``, the prefill's ``--disaggregation-bootstrap-port`` and
-``--disaggregation-decode-tp`` (its KV is sliced for the decode side's TP; SGLang defaults it
-to the prefill's own TP), the decode's ``--disaggregation-prefill-pp`` (it pulls the KV of every
-prefill stage; default 1). The router's are ``router_args.py``'s: ``--pd-disaggregation``,
-``--prefill URL BOOTSTRAP_PORT`` and ``--decode URL`` per worker, a policy per side."""
+``--disaggregation-transfer-backend``, the prefill's ``--disaggregation-bootstrap-port``; in
+0.5.9 also ``--disaggregation-decode-tp`` (its KV is sliced for the decode side's TP; SGLang
+defaults it to the prefill's own TP) and the decode's ``--disaggregation-prefill-pp`` (it pulls
+the KV of every prefill stage; default 1), which later releases refuse (they learn both through
+the bootstrap server). The router's are ``router_args.py``'s (smg and sglang-router alike):
+``--pd-disaggregation``, ``--prefill URL BOOTSTRAP_PORT`` and ``--decode URL`` per worker, a
+policy per side. tests/conformance/test_real_parsers.py parses them with the real parsers."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from clusterfile import BASE, edit, load_error, write
 
 from pytest_kimi.config import PDSide, load_cluster
 from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.versions import assumed
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 
@@ -52,9 +55,15 @@ def test_the_pro6000_pd_layout_splits_the_nodes_prefill_first() -> None:
     assert [n.name for n in cluster.used_nodes(layout)] == [f"node60{i}" for i in range(1, 9)]
 
 
-def test_the_pro6000_pd_plan_has_sglangs_flags_on_every_node_and_the_router_in_pd_mode() -> None:
+@pytest.mark.parametrize("sglang", ["0.5.9", "0.5.23"])
+def test_the_pro6000_pd_plan_has_sglangs_flags_on_every_node_and_the_router_in_pd_mode(
+    sglang: str,
+) -> None:
     cluster = load_cluster(CLUSTERS / "pro6000.yaml")
-    plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(()))
+    versions = assumed(sglang, "auto")
+    plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(()),
+                           versions=versions)  # fmt: skip
+    shape_flags = sglang == "0.5.9"  # later releases learn the other side's shape themselves
     names = [s.name for s in plan.servers]
     assert names == [f"prefill0-node{r}-node60{r + 1}" for r in range(4)] + [
         f"decode0-node{r}-node60{r + 5}" for r in range(4)
@@ -76,10 +85,14 @@ def test_the_pro6000_pd_plan_has_sglangs_flags_on_every_node_and_the_router_in_p
         assert value("--dist-init-addr") == f"{head}:5757"
         if prefill:
             assert value("--disaggregation-bootstrap-port") == "8998"
-            assert value("--disaggregation-decode-tp") == "32"
+            assert ("--disaggregation-decode-tp" in argv) is shape_flags
+            if shape_flags:
+                assert value("--disaggregation-decode-tp") == "32"
             assert "--disaggregation-prefill-pp" not in argv
         else:
-            assert value("--disaggregation-prefill-pp") == "8"
+            assert ("--disaggregation-prefill-pp" in argv) is shape_flags
+            if shape_flags:
+                assert value("--disaggregation-prefill-pp") == "8"
             assert "--disaggregation-bootstrap-port" not in argv
             assert "--disaggregation-decode-tp" not in argv
     router = list(plan.router.argv)
@@ -180,9 +193,11 @@ def test_the_local_cluster_plays_the_seeds_pd_layout_on_the_mock() -> None:
     assert "pytest_kimi.mock.launch_server" in prefill
     port = prefill[prefill.index("--disaggregation-bootstrap-port") + 1]
     assert 42000 <= int(port) < 42100
-    assert prefill[prefill.index("--disaggregation-decode-tp") + 1] == "32"
     assert decode[decode.index("--disaggregation-mode") + 1] == "decode"
-    assert decode[decode.index("--disaggregation-prefill-pp") + 1] == "8"
+    # the mock answers as the newest release: no shape flags (its decode side tells the prefill)
+    assert prefill[prefill.index("--mock-sglang-version") + 1] == "0.5.23"
+    assert "--disaggregation-decode-tp" not in prefill
+    assert "--disaggregation-prefill-pp" not in decode
     router = " ".join(plan.router.argv)
     assert f"--prefill http://127.0.0.1:{heads['prefill0'].port} {port}" in router
 
@@ -260,7 +275,10 @@ def test_the_reports_setup_names_each_side() -> None:
     assert _parallel({"tp": 32, "pp": 1, "ep": 4}) == "TP32/PP1/EP4"
 
 
-def test_the_dry_run_prints_every_pd_and_speculative_command_and_starts_nothing() -> None:
+@pytest.mark.parametrize("sglang", ["0.5.9", "0.5.23"])
+def test_the_dry_run_prints_every_pd_and_speculative_command_and_starts_nothing(
+    sglang: str,
+) -> None:
     import subprocess
 
     from pytest_kimi.testing.processes import pytest_argv
@@ -269,20 +287,27 @@ def test_the_dry_run_prints_every_pd_and_speculative_command_and_starts_nothing(
     done = subprocess.run(
         [*pytest_argv(), str(root / "tests" / "perf"), f"--cluster={CLUSTERS / 'pro6000.yaml'}",
          "--kimi-dry-run", "--layout=pd-pp8-tp32,tp32-eagle", "-p", "no:cacheprovider",
-         f"--rootdir={root}"],
+         f"--kimi-sglang-version={sglang}", f"--rootdir={root}"],
         capture_output=True, text=True, timeout=120, cwd=root,
     )  # fmt: skip
     out = done.stdout
     assert done.returncode == 0, out[-2000:] + done.stderr[-2000:]
     assert "# layout pd-pp8-tp32 (prefill TP4/PP8/EP4 x1 + decode TP32/PP1/EP4 x1)" in out
+    assert (f"# command lines for SGLang {sglang} (--kimi-sglang-version); router smg "
+            "(router.package: auto, smg assumed)") in out
     for rank in range(4):
         assert f"# prefill0-node{rank}-node60{rank + 1} on node60{rank + 1}" in out
         assert f"# decode0-node{rank}-node60{rank + 5} on node60{rank + 5}" in out
-    assert out.count("--disaggregation-mode prefill --disaggregation-transfer-backend mooncake "
-                     "--disaggregation-bootstrap-port 8998 --disaggregation-decode-tp 32 ") == 4
-    assert out.count("--disaggregation-mode decode --disaggregation-transfer-backend mooncake "
-                     "--disaggregation-prefill-pp 8 ") == 4
-    assert ("sglang_router.launch_router --pd-disaggregation --prefill http://10.0.0.1:30001 "
+    prefill = ("--disaggregation-mode prefill --disaggregation-transfer-backend mooncake "
+               "--disaggregation-bootstrap-port 8998 ")
+    decode = "--disaggregation-mode decode --disaggregation-transfer-backend mooncake "
+    if sglang == "0.5.9":
+        prefill += "--disaggregation-decode-tp 32 "
+        decode += "--disaggregation-prefill-pp 8 "
+    assert out.count(prefill) == 4 and out.count(decode) == 4
+    if sglang != "0.5.9":
+        assert "--disaggregation-decode-tp" not in out and "--disaggregation-prefill-pp" not in out
+    assert ("smg.launch_router --pd-disaggregation --prefill http://10.0.0.1:30001 "
             "8998 --decode http://10.0.0.5:30001 --prefill-policy round_robin --decode-policy "
             "round_robin ") in out
     # tp32-eagle: every node of both replicas speculates with the layout's flags

@@ -151,6 +151,7 @@ def test_full_rank0_argv(plan: DeploymentPlan) -> None:
         "--moe-a2a-backend", "none",
         "--enable-metrics",
         "--mock-time-scale", "40", "--mock-seed", "2", "--mock-gpus-per-node", "8",
+        "--mock-sglang-version", "0.5.23",
         "--mock-profile", json.dumps(dict(local_profile()), separators=(",", ":")),
     )  # fmt: skip
 
@@ -159,7 +160,7 @@ def test_router(plan: DeploymentPlan) -> None:
     rtr = plan.router
     assert rtr.role == "router"
     assert rtr.node.name == "node601"
-    assert rtr.argv[:3] == (sys.executable, "-m", "sglang_router.launch_router")
+    assert rtr.argv[:3] == (sys.executable, "-m", "smg.launch_router")  # router.package: auto
     assert values_after(rtr.argv, "--worker-urls") == [
         "http://127.0.0.1:40001",
         "http://127.0.0.1:40006",
@@ -187,9 +188,11 @@ def test_describe(plan: DeploymentPlan) -> None:
     text = plan.describe()
     lines = text.splitlines()
     assert lines[0] == "# layout tp32 (TP32/PP1/EP4) on local"
+    assert lines[1] == ("# command lines for SGLang 0.5.23 (the newest profile); router smg "
+                        "(router.package: auto, smg assumed)")  # fmt: skip
     assert "# router on node601 (127.0.0.1)" in lines
     assert "# replica1-node3-node608 on node608 (127.0.0.1)" in lines
-    assert len(lines) == 1 + 2 * 9
+    assert len(lines) == 2 + 2 * 9
     assert plan.router.command_line() in lines
 
 
@@ -217,7 +220,7 @@ def test_pro6000_fixed_ports(pro6000: ClusterConfig) -> None:
             "SGLANG_HOST_IP": s.node.addr,  # a replica over 4 nodes: each rank's own
         }
     rtr = p.router
-    assert rtr.argv[:3] == ("/opt/sglang/venv/bin/python", "-m", "sglang_router.launch_router")
+    assert rtr.argv[:3] == ("/opt/sglang/venv/bin/python", "-m", "smg.launch_router")
     assert values_after(rtr.argv, "--worker-urls") == [
         "http://10.0.0.1:30001",
         "http://10.0.0.5:30001",

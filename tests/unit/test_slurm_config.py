@@ -34,7 +34,7 @@ def _edited(tmp_path: Path, **changes) -> Path:
 def test_the_dry_run_shows_the_allocation_and_every_step():
     cluster = load_cluster(EXAMPLE)
     text = plan_deployment(cluster, cluster.layout("tp32")).describe().splitlines()
-    assert text[2] == (
+    assert text[3] == (
         "salloc '--comment=pytest-kimi:<host>:<pid>:<start>' --no-shell "
         "'--job-name=pytest-kimi/<run>/tp32' --nodes=8 "
         "--nodelist=node601,node602,node603,node604,node605,node606,node607,node608 "
@@ -62,7 +62,7 @@ def test_the_dry_run_shows_the_allocation_and_every_step():
     router = steps[8]
     assert "--nodelist=node601 --job-name=router --unbuffered --export=PATH," in router
     assert "--gres" not in router  # the router takes no GPU
-    assert "sglang_router.launch_router --worker-urls http://10.0.0.1:30001 " \
+    assert "smg.launch_router --worker-urls http://10.0.0.1:30001 " \
            "http://10.0.0.5:30001" in router  # fmt: skip
 
 
@@ -71,10 +71,10 @@ def test_a_router_on_the_submit_host_runs_here_and_is_not_allocated(tmp_path):
     plan = plan_deployment(cluster, cluster.layout("pp8"))
     assert plan.router.node.name == SUBMIT_HOST and plan.router.bind_addr == "127.0.0.1"
     text = plan.describe().splitlines()
-    assert "--nodelist=node601,node602,node603,node604,node605,node606,node607,node608 " in text[2]
-    assert SUBMIT_HOST not in text[2]
+    assert "--nodelist=node601,node602,node603,node604,node605,node606,node607,node608 " in text[3]
+    assert SUBMIT_HOST not in text[3]
     i = text.index("# router on here, the submit host (addr 127.0.0.1)")
-    assert text[i + 1].startswith("/opt/sglang/venv/bin/python -m sglang_router.launch_router")
+    assert text[i + 1].startswith("/opt/sglang/venv/bin/python -m smg.launch_router")
 
 
 def test_flags_map_to_salloc_and_srun(tmp_path):

@@ -15,6 +15,7 @@ from pytest_kimi.report.pdstages import (
     kv_gauges,
     stage_times,
     stage_totals,
+    transfers,
     ttft_tables,
 )
 from pytest_kimi.workload.records import Chunk, RequestRecord
@@ -163,3 +164,61 @@ def test_a_rest_of_nothing_reads_as_zero_not_minus_zero():
     (table,) = ttft_tables(section)
     rest = next(row for row in table["rows"] if row[0].startswith("the rest"))
     assert rest[1:] == ["0.0 ms", "0%"]
+
+
+def _metrics_0_5_10(stages: dict[str, tuple[float, float]], queue: tuple[float, float],
+                    kv: dict[str, tuple[float, float]]) -> str:  # fmt: skip
+    """A 0.5.10+ server: per-stage without the queue stages, the queue in queue_time_seconds,
+    the KV transfers in histograms (``_sum`` and ``_count`` of each)."""
+    lines = _metrics(stages).splitlines()[:-2]  # no 0.5.9 gauge
+    hists = {"sglang:queue_time_seconds": queue, **{f"sglang:kv_transfer_{k}": v
+                                                     for k, v in kv.items()}}  # fmt: skip
+    for name, (total, count) in hists.items():
+        tag = 'engine_type="prefill"'
+        lines += [f"# TYPE {name} histogram", f'{name}_bucket{{{tag},le="+Inf"}} {count}',
+                  f"{name}_sum{{{tag}}} {total}", f"{name}_count{{{tag}}} {count}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def test_a_later_release_splits_by_its_queue_histogram_and_reports_its_transfers():
+    """0.5.10 and later: the prefill's queue from sglang:queue_time_seconds (a decode
+    server's own queue time is not the prefill's), the forward over every chunk, the KV
+    transfers from the histograms' growth over the run."""
+    no_kv = {"latency_ms": (0.0, 0), "total_mb": (0.0, 0), "speed_gb_s": (0.0, 0)}
+    before_text = {
+        "prefill0": _metrics_0_5_10({"prefill_forward": (1.0, 1)}, (0.5, 1), no_kv),
+        "decode0": _metrics_0_5_10({"decode_waiting": (0.1, 1)}, (0.1, 1), no_kv),
+    }
+    kv = {"latency_ms": (400.0, 4), "total_mb": (4096.0, 4), "speed_gb_s": (50.0, 4)}
+    after_text = {
+        "prefill0": _metrics_0_5_10({"prefill_forward": (9.0, 5), "prefill_bootstrap": (0.4, 4),
+                                     "chunked_prefill": (3.0, 4),
+                                     "prefill_transfer_kv_cache": (0.4, 4)}, (4.5, 5), kv),
+        "decode0": _metrics_0_5_10({"decode_waiting": (0.5, 5)}, (99.0, 5), no_kv),
+    }  # fmt: skip
+    before = {n: stage_totals(t) for n, t in before_text.items()}
+    after = {n: stage_totals(t) for n, t in after_text.items()}
+    assert "prefill_queue" in after["prefill0"] and "prefill_queue" not in after["decode0"]
+    times = stage_times(before, after, {n: kv_gauges(t) for n, t in after_text.items()},
+                        {n: kv_gauges(t) for n, t in before_text.items()})  # fmt: skip
+    assert times is not None and times.prefill_requests == 4
+    assert times.seconds["prefill_queue"] == 1.0 and times.seconds["prefill_forward"] == 2.0
+    moved = times.kv_transfers
+    assert moved is not None and (moved.count, moved.mean_mb, moved.mean_latency_ms) == (
+        4, 1024.0, 100.0)
+    assert moved.gb_s == 4096 / 1024 / 0.4 and times.kv_speed_gb_s == moved.gb_s
+    assert times.notes == ()  # the histograms are read: nothing "not reported"
+    split = dict(times.ttft_split(ttft_mean_ms=5000.0))
+    assert split["prefill: queued before its first chunk"] == 1000.0
+    assert split["prefill: its forward, every chunk"] == 2000.0
+    assert "prefill: queued (and earlier chunks)" not in split
+    assert StageTimes.from_dict(json.loads(json.dumps(times.to_dict()))) == times
+    section = {"layouts": [{"name": "pd", "pd_stages": times.to_dict(),
+                            "summary": {"mean_ttft_ms": 5000.0}}]}  # fmt: skip
+    (table,) = ttft_tables(section)
+    assert table["kv"].startswith("KV transfer: 4 transfers over the measured run, 10.00 GB/s")
+    # a server read only after the run (its lifetime is not the run's), or restarted: left out
+    after_kv = {n: kv_gauges(t) for n, t in after_text.items()}
+    assert transfers({"prefill0": None}, after_kv) is None
+    restarted = {"prefill0": {"sglang:kv_transfer_latency_ms_count": 9.0}}
+    assert transfers(restarted, after_kv) is None

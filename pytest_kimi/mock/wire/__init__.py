@@ -3,8 +3,12 @@ server (``scripts/capture_sglang_wire.py``) into ``sglang-<version>.json`` besid
 
 A recording holds the long lists the mock must not copy by hand: ``/get_server_info`` (every
 ``ServerArgs`` key with the value a real server reported, and ``internal_states``),
-``/get_model_info``, and every ``/metrics`` family (type, help text, label names, the label
-sets a real server shows once ready, histogram buckets, a gauge's value at start-up). The
+``/get_model_info``, every ``/metrics`` family (type, help text, label names, the label
+sets a real server shows once ready, histogram buckets, a gauge's value at start-up), and
+every flag the version's command-line parser takes (the mock refuses others as SGLang does),
+and (``declared``, read from the version's collector source) the scheduler's families a live
+unified server never showed: a histogram appears at its first observation, so the KV-transfer
+histograms of a disaggregated prefill are only there; they start with no series. The
 mock serves from it and computes what it models; ``tests/conformance/test_mock_vs_sglang.py``
 holds both against the live server of the same version, which keeps the recording honest.
 """
@@ -17,8 +21,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-VERSIONS: tuple[str, ...] = ("0.5.9", "0.5.23")
-DEFAULT_VERSION = "0.5.9"
+from pytest_kimi.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
+
+VERSIONS: tuple[str, ...] = MOCK_SGLANG_VERSIONS
+DEFAULT_VERSION = NEWEST_SGLANG
 WIRE_DIR = Path(__file__).resolve().parent
 
 
@@ -65,6 +71,7 @@ class Recording:
     server_info: dict[str, Any]
     model_info: dict[str, Any]
     families: tuple[Family, ...]
+    server_flags: frozenset[str] = frozenset()
 
     def family(self, name: str) -> Family | None:
         return next((f for f in self.families if f.name == name), None)
@@ -81,5 +88,6 @@ def recording(version: str) -> Recording:
         captured_with=data["captured_with"],
         server_info=data["server_info"],
         model_info=data["model_info"],
-        families=tuple(Family.from_dict(f) for f in data["metrics"]),
+        families=tuple(Family.from_dict(f) for f in [*data["metrics"], *data.get("declared", ())]),
+        server_flags=frozenset(data.get("server_flags", ())),
     )
