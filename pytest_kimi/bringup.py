@@ -108,22 +108,23 @@ def deployment(
             # after the lock: a live run holds it, so what is found now was left by a dead one
             earlier_runs(inputs, executor, plan, say)
             addrs = node_addresses(inputs, executor, say, layout)
+            # the GPUs first: a busy node is refused before anything is written on any node
+            gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
+            on_manifest(plan, gpus or None)
             versions = probe_versions(executor, plan, say)
             result.notes.extend(versions.notes)
-            if addrs or versions != plan.versions:  # the plan again, on the addresses the
-                # nodes gave (ssh: fixed ports), for the releases they run
-                scope = f"{folder.name}/{layout.name}"
-                plan = dep.plan = dataclasses.replace(plan_deployment(
-                    inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs,
-                    versions=versions,
-                ), allocation=plan.allocation)  # fmt: skip
-                on_manifest(plan, None)
+            # the plan again, on the addresses the nodes gave (ssh: fixed ports), for the
+            # releases they run
+            scope = f"{folder.name}/{layout.name}"
+            plan = dep.plan = dataclasses.replace(plan_deployment(
+                inputs.cluster, layout, book=book, gpu_scope=scope, addrs=addrs,
+                versions=versions,
+            ), allocation=plan.allocation)  # fmt: skip
+            on_manifest(plan, gpus or None)
             reach = dep.reach = reach_for(plan, executor)  # closed by dep.stop()
             on_reach(reach)
             if reach.mode == "ssh_forward" and inputs.cluster.network.client == "ssh_forward":
                 result.notes.append(FORWARD_NOTE)
-            gpus = gpu_preflight(inputs, executor, plan, f"{folder.name}/{layout.name}", say)
-            on_manifest(plan, gpus or None)
             network_preflight(executor, plan, say, reach)
             shape = layout.label  # a disaggregated label counts each side's replicas
             if not layout.disaggregated:

@@ -52,7 +52,7 @@ def test_nightly_runs_build_a_history_and_its_gate_finds_the_slower_night(
     assert [r.git_commit for r in runs] == ["abc123", "def456", "def456"]
     second_sha = hashlib.sha256(second_file.read_bytes()).hexdigest()
     assert [r.cluster_sha256 for r in runs] == [first_sha, second_sha, second_sha]
-    router = metadata.version("smg")  # what the router's node (this machine) runs
+    router = f"smg {metadata.version('smg')}"  # the package and release the router's node runs
     assert all(r.complete and r.sglang == "0.5.23-kimi-mock" and r.router == router for r in runs)
     for run, folder in zip(runs, folders, strict=True):
         summary = json.loads((folder / "deep" / "summary.json").read_text())

@@ -234,6 +234,8 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
     result.stdout.fnmatch_lines(
         [
             "# layout pp8 (TP4/PP8/EP4) on pro6000",
+            "# command lines for SGLang 0.5.23 (the newest profile); router smg "
+            "(router.package: auto, smg assumed)",
             "# replica1-node3-node608 on node608 (ssh node608, addr 10.0.0.8)",
             "GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 SGLANG_HOST_IP=10.0.0.8 "
             "NCCL_IB_DISABLE=0 NCCL_DEBUG=WARN /opt/sglang/venv/bin/python -m sglang.launch_server "
@@ -247,7 +249,11 @@ def test_dry_run_prints_the_seed_cluster_commands_without_contacting_it(pytester
             "http://10.0.0.1:30001 http://10.0.0.5:30001 --policy round_robin --host 10.0.0.1 "
             "--port 30000 --prometheus-host 10.0.0.1 --prometheus-port 29000 --disable-retries "
             "--disable-circuit-breaker --health-check-timeout-secs 60 "
-            "--health-failure-threshold 10",
+            "--health-failure-threshold 10 --max-concurrent-requests 0 "
+            "--worker-startup-check-interval 1 --shutdown-grace-period-secs 5 "
+            "--disable-worker-overload-protection --worker-wedge-secs 0 "
+            "--worker-stall-secs 86400 --pd-admission-wait-secs 1800 --worker-stale-secs 0 "
+            "--idle-connection-timeout-secs 0 --sse-keepalive-secs 0",
         ]
     )
 

@@ -81,7 +81,9 @@ def test_a_server_draining_past_the_grace_period_is_killed_with_its_children(
         streamer.start()
         assert started.wait(60), "the long request never started streaming"
     # leaving the block tore down: TERM, a server still draining after GRACE_S, then KILL
-    assert deployment.killed == [server.name]
+    # the router (smg) keeps its listener 5 s past SIGTERM (its drain settle, not settable
+    # from its launcher): a 2 s grace kills it too, and that is all it may kill besides
+    assert server.name in deployment.killed and set(deployment.killed) <= {server.name, "router"}
     assert deployment.leftovers == []
     assert pids_with_env("KIMI_TEST_RUN", mark) == []  # the scheduler and detokenizer too
     log = (tmp_path / "logs" / f"{server.name}.log").read_text(errors="replace")
