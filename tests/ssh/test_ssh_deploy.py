@@ -233,10 +233,14 @@ def test_sigterm_during_the_run_over_ssh_keeps_partial_records_and_stops_every_h
 ):
     cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
     data = yaml.safe_load(cluster.read_text())
-    data["mock"]["time_scale"] = 10  # a run long enough to land in
+    data["mock"]["time_scale"] = 4  # a measured run of ~6 s wall to land in
     cluster.write_text(yaml.safe_dump(data, sort_keys=False))
 
     def measured(log: str) -> bool:
+        """A measured request is on disk and the run is not over yet (its end line not
+        printed): the signal lands in the run, not in the teardown after it."""
+        if "[kimi tp32] measured " in log:
+            raise AssertionError("the measured run ended before a record was seen:\n" + log)
         partial = list((tmp_path / "out").glob("*/tp32/records.partial.jsonl"))
         lines = partial[0].read_text().splitlines() if partial else []
         return any(x.endswith("}") and json.loads(x)["index"] >= 0 for x in lines)
