@@ -50,6 +50,7 @@ STAMP_FILE=$VENV/.kimi-real-sglang
 
 check() {
     "$VENV/bin/python" - "$VERSION" <<'EOF'
+import importlib.util
 import sys
 from importlib.metadata import version
 
@@ -58,6 +59,9 @@ import torch
 import torchvision
 
 import sglang.launch_server  # noqa: F401  (the server's whole import chain)
+
+if importlib.util.find_spec("sglang.benchmark") is not None:  # 0.5.15 on
+    import sglang.benchmark.serving  # noqa: F401  (the statistics conformance's peer)
 
 assert version("sglang") == sys.argv[1], version("sglang")
 assert torch.__version__.endswith("+cpu"), torch.__version__

@@ -1,11 +1,13 @@
-"""Run ``sglang.bench_serving`` unmodified, keeping what its ``calculate_metrics`` is given.
+"""Run SGLang's benchmark client unmodified, keeping what its ``calculate_metrics`` is given.
 
 Usage (with the peer's interpreter): ``python bench_observed.py OUT.json <bench_serving args>``.
 
 bench_serving's output file has per-request TTFTs and ITLs but not when each request started
 or ended (``start_time``, ``latency``), nor the duration it divides by before rounding. A
 conformance test needs them to place each of its requests on the server's clock, so this runs
-bench_serving's own module source (the peer's installed file, read at run time), with one
+bench_serving's own module source (the peer's installed file, read at run time:
+``sglang.benchmark.serving`` from SGLang 0.5.15, where ``sglang.bench_serving`` became a shim
+that imports it; ``sglang.bench_serving`` before), with one
 change: ``calculate_metrics`` is wrapped so that, before it runs, its inputs are written to
 ``OUT.json`` with the instant of the call (its duration ends just before). Every figure
 bench_serving prints or writes is computed by its own code.
@@ -15,6 +17,7 @@ Standard library only: this runs in the peer's venv, which has no pytest-kimi.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import inspect
 import json
@@ -24,14 +27,25 @@ import types
 from pathlib import Path
 
 MAIN_GUARD = '\nif __name__ == "__main__":'
+MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")  # newer first
 KEPT = ("start_time", "latency", "ttft", "itl", "success", "output_len", "prompt_len", "error")
+
+
+def _find() -> importlib.machinery.ModuleSpec:
+    """The module that holds the benchmark client's code in this interpreter's SGLang."""
+    for name in MODULES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:  # its package (sglang.benchmark) is not in this release
+            continue
+        if spec is not None and spec.origin is not None:
+            return spec
+    raise SystemExit(f"none of {', '.join(MODULES)} is installed in this interpreter")
 
 
 def main() -> None:
     out = Path(sys.argv[1])
-    spec = importlib.util.find_spec("sglang.bench_serving")
-    if spec is None or spec.origin is None:
-        raise SystemExit("sglang.bench_serving is not installed in this interpreter")
+    spec = _find()
     source = Path(spec.origin).read_text(encoding="utf-8")
     body, guard, entry = source.partition(MAIN_GUARD)
     if not guard:

@@ -2,10 +2,11 @@
 
 It measures what ``sglang.bench_serving`` measures: the time the request goes out, the arrival
 time of every chunk that carries generated text, and the end of the stream. Token counts come
-from the server (``meta_info`` or ``usage``), never from a local tokenizer. Unlike
-bench_serving 0.5.9, which times only ``delta.content``, generated text includes a reasoning
-model's ``delta.reasoning_content``: TTFT is the first token of any kind, and the first answer
-token is recorded next to it (see :class:`_StreamParser`).
+from the server (``meta_info`` or ``usage``), never from a local tokenizer. Generated text
+includes a reasoning model's ``delta.reasoning_content``, as ``sglang.benchmark.serving``
+(0.5.15 on) counts it and bench_serving 0.5.9, which times only ``delta.content``, does not:
+TTFT is the first token of any kind, and the first answer token is recorded next to it (see
+:class:`_StreamParser`).
 
 When the clock starts (``ClientOptions.clock_start``, ``workload.clock_start``): by default
 where bench_serving starts it, "request": the instant the request is issued, before the

@@ -1,11 +1,13 @@
 """Fixtures for conformance tests against peer tools: a venv with the real peer, a mock server,
 and (``wire_pair``) a real SGLang server of each version beside the mock speaking its wire.
 
-The peer (``sglang.bench_serving`` from sglang 0.5.9) lives in its own venv so its pins
-(transformers==4.57.1, ...) never touch the project's. ``KIMI_BENCH_SERVING_PYTHON`` names
-the interpreter of an existing install; otherwise ``scripts/install_bench_serving.sh`` builds
-``.venv-bench-serving`` at the repository root on first use (~1.5 min, ~700 MB; a no-op when
-it is already there). A failed install fails the test with the reason: it is never skipped.
+The 0.5.9 peer (``sglang.bench_serving``) lives in its own venv so its pins
+(transformers==4.57.1, ...) never touch the project's; 0.5.23's (``sglang.benchmark.serving``)
+runs from the real 0.5.23 server's venv, which has its imports (torch among them).
+``KIMI_BENCH_SERVING_PYTHON`` names the 0.5.9 interpreter of an existing install; otherwise
+``scripts/install_bench_serving.sh`` builds ``.venv-bench-serving`` at the repository root on
+first use (~1.5 min, ~700 MB; a no-op when it is already there). A failed install fails the
+test with the reason: it is never skipped.
 """
 
 from __future__ import annotations

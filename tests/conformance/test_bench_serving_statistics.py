@@ -1,4 +1,7 @@
-"""Every statistic against ``sglang.bench_serving`` 0.5.9, against the server's own truth.
+"""Every statistic against SGLang's own benchmark client, per release, against the server's
+own truth: ``sglang.bench_serving`` of 0.5.9 (its own venv, no torch) and
+``sglang.benchmark.serving`` of 0.5.23 (``sglang.bench_serving`` is a shim for it from 0.5.15;
+it runs from the real 0.5.23 server's venv, which has its imports), each its own run.
 
 Both clients send the same 40 prompts in the same order, one run after the other, to the
 scripted server (:mod:`pytest_kimi.testing.scripted`): concurrency 8, 64 tokens out in chunks
@@ -54,6 +57,7 @@ import pytest
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.testing import realsglang
 from pytest_kimi.testing.peer import bench_serving_argv, offline_env, write_custom_dataset
 from pytest_kimi.testing.processes import Proc
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
@@ -69,8 +73,8 @@ BENCH_SEED = 1  # bench_serving's --seed (its default)
 RUN_TIMEOUT_S = 300.0
 ROUNDING = 1e-6  # ms: float rounding between two computations of one definition
 
-# bench_serving's definitions (calculate_metrics, 0.5.9): numpy's mean, median, population
-# standard deviation, linearly interpolated percentiles, max
+# bench_serving's definitions (calculate_metrics, 0.5.9 and 0.5.23 alike): numpy's mean,
+# median, population standard deviation, linearly interpolated percentiles, max
 REFERENCE: dict[str, Callable[[np.ndarray], float]] = {
     "mean": lambda v: float(np.mean(v)),
     "median": lambda v: float(np.median(v)),
@@ -79,14 +83,33 @@ REFERENCE: dict[str, Callable[[np.ndarray], float]] = {
     "p95": lambda v: float(np.percentile(v, 95)),
     "p99": lambda v: float(np.percentile(v, 99)),
 }
-# the statistics bench_serving's output file carries, per metric (key: f"{stat}_{infix}_ms")
-STATISTICS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ttft": ("ttft", ("mean", "median", "std", "p99")),
-    "tpot": ("tpot", ("mean", "median", "std", "p99")),
-    "itl": ("itl", ("mean", "median", "std", "p95", "p99")),
-    "e2e": ("e2e_latency", ("mean", "median", "std", "p90", "p99")),
-}
-CASES = [(metric, stat) for metric, (_, stats) in STATISTICS.items() for stat in stats]
+INFIX = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e_latency"}  # f"{stat}_{infix}_ms"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One release's benchmark client: the statistics its output file carries per metric and
+    the GET it closes its clock with."""
+
+    release: str
+    statistics: dict[str, tuple[str, ...]]
+    closing_get: str
+
+
+PEERS = {
+    "0.5.9": Peer("0.5.9", {
+        "ttft": ("mean", "median", "std", "p99"),
+        "tpot": ("mean", "median", "std", "p99"),
+        "itl": ("mean", "median", "std", "p95", "p99"),
+        "e2e": ("mean", "median", "std", "p90", "p99"),
+    }, "/get_server_info"),
+    # 0.5.23 writes p90, p95 and p99 of every metric, and asks the non-deprecated path
+    "0.5.23": Peer("0.5.23", dict.fromkeys(INFIX, ("mean", "median", "std", "p90", "p95", "p99")),
+                   "/server_info"),
+}  # fmt: skip
+CASES = [(release, metric, stat) for release, peer in PEERS.items()
+         for metric, stats in peer.statistics.items() for stat in stats]  # fmt: skip
+CASE_IDS = [f"{release}-{metric}-{stat}" for release, metric, stat in CASES]
 COUNTS = ("completed", "total_input_tokens", "total_output_tokens")
 RATES = {  # throughput -> the counts it divides by the duration
     "request_throughput": ("completed",),
@@ -98,9 +121,10 @@ CAUSALITY_SLACK_MS = 0.01  # kernel stamps are realtime moved onto the monotonic
 DEFINITIONS = {
     "duration": (
         "bench_serving's clock runs from before it creates its request tasks to after its "
-        "closing /get_server_info call; ours from the first request's start to the last one's "
-        "end. Its duration is compared on ours: less the part outside its requests (its own "
-        "per-request stamps), which the server confirms holds that call. Throughputs likewise."
+        "closing /get_server_info (0.5.23: /server_info) call; ours from the first request's "
+        "start to the last one's end. Its duration is compared on ours: less the part outside "
+        "its requests (its own per-request stamps), which the server confirms holds that call. "
+        "Throughputs likewise."
     ),
     "itl of a chunk with no new token": (
         "bench_serving skips such a chunk and keeps its gap running into the next; ours counts "
@@ -153,6 +177,7 @@ class Timed:
 
 @dataclass(repr=False)  # a failure shows its table, not this
 class Runs:
+    peer: Peer
     ours: dict[str, Any]  # our Summary.to_dict(): bench_serving's keys
     theirs: dict[str, Any]  # bench_serving's --output-file line
     ours_timed: Timed
@@ -209,7 +234,7 @@ def _collect(per_request: list[tuple[Own, Stamps, dict[str, Any]]]) -> Timed:
     timed = Timed()
     for own, _, entry in per_request:
         assert len(own["itl"]) == len(_truth(entry)["itl"]), (own["itl"], entry["chunks"])
-    for metric in STATISTICS:
+    for metric in INFIX:
         timed.client[metric] = np.array([v for own, _, _ in per_request for v in own[metric]])
         timed.truth[metric] = np.array([v for *_, e in per_request for v in _truth(e)[metric]])
     entries = [e for *_, e in per_request]
@@ -287,9 +312,42 @@ class ScriptedServer(Proc):
         return response.json() if path != "/reset" else None
 
 
+def _peer_python(request: pytest.FixtureRequest, release: str) -> Path:
+    """0.5.9: its bench_serving venv; 0.5.23: the real server's venv (its benchmark client
+    imports torch through sglang.srt)."""
+    if release == "0.5.9":
+        return request.getfixturevalue("bench_serving_python")
+    return realsglang.install(release)
+
+
 @pytest.fixture(scope="module")
-def runs(bench_serving_python, tmp_path_factory) -> Runs:
-    work = tmp_path_factory.mktemp("statistics")
+def runs_of(request: pytest.FixtureRequest, tmp_path_factory) -> Callable[[str], Runs]:
+    """``runs_of(release)``: both clients' runs against that release's peer, made on first use
+    and kept for the module (each test asks for the release it checks, in any order)."""
+    made: dict[str, Runs] = {}
+
+    def get(release: str) -> Runs:
+        if release not in made:
+            peer = PEERS[release]
+            made[release] = _measure(peer, _peer_python(request, release), tmp_path_factory)
+        return made[release]
+
+    return get
+
+
+@pytest.fixture(params=list(PEERS))
+def release(request: pytest.FixtureRequest) -> str:
+    """The peer's release a test checks (every test checks each one)."""
+    return request.param
+
+
+@pytest.fixture
+def runs(runs_of: Callable[[str], Runs], release: str) -> Runs:
+    return runs_of(release)
+
+
+def _measure(peer: Peer, python: Path, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    work = tmp_path_factory.mktemp(f"statistics-{peer.release}")
     server = ScriptedServer(work / "scripted.log")
     try:
         server.wait_http(server.url + "/health")
@@ -308,7 +366,7 @@ def runs(bench_serving_python, tmp_path_factory) -> Runs:
         dataset, output = work / "prompts.jsonl", work / "result.jsonl"
         observe, log = work / "observed.json", work / "bench_serving.log"
         write_custom_dataset(dataset, texts, BENCH_SEED)
-        argv = bench_serving_argv(bench_serving_python, server.url, dataset, output,
+        argv = bench_serving_argv(python, server.url, dataset, output,
                                   num_prompts=NUM_REQUESTS, output_len=OUTPUT_LEN,
                                   concurrency=CONCURRENCY, seed=BENCH_SEED,
                                   observe=observe)  # fmt: skip
@@ -324,10 +382,10 @@ def runs(bench_serving_python, tmp_path_factory) -> Runs:
         their_truth = server.get("/truth")
         theirs_timed = _theirs_timed(observed, their_truth, texts)
         ends = [e["end"] for e in their_truth]
-        gets = [g for g in server.get("/gets") if g["path"] == "/get_server_info"]
+        gets = [g for g in server.get("/gets") if g["path"] == peer.closing_get]
     finally:
         server.stop()
-    result = Runs(ours, theirs, ours_timed, theirs_timed, gets, ends,
+    result = Runs(peer, ours, theirs, ours_timed, theirs_timed, gets, ends,
                   {"dur_s": observed["dur_s"], "called": observed["called"]}, argv)  # fmt: skip
     result.rows = _table(result)
     (work / "comparison.md").write_text("\n".join(result.rows) + "\n")
@@ -336,7 +394,7 @@ def runs(bench_serving_python, tmp_path_factory) -> Runs:
 
 
 def _key(metric: str, stat: str) -> str:
-    return f"{stat}_{STATISTICS[metric][0]}_ms"
+    return f"{stat}_{INFIX[metric]}_ms"
 
 
 def _tolerance(runs: Runs, metric: str, stat: str) -> tuple[float, float, float, float]:
@@ -358,7 +416,7 @@ def _table(runs: Runs) -> list[str]:
         "(ours + its + server) |",
         "|---|---:|---:|---:|---:|",
     ]
-    for metric, stat in CASES:
+    for metric, stat in ((m, s) for m, stats in runs.peer.statistics.items() for s in stats):
         key = _key(metric, stat)
         tol, a, b, c = _tolerance(runs, metric, stat)
         rows.append(f"| {key} | {runs.ours[key]:.3f} | {runs.theirs[key]:.3f} | "
@@ -405,7 +463,7 @@ def test_every_clock_starts_before_its_request_arrives_and_stamps_after_the_writ
     assert (worst >= -CAUSALITY_SLACK_MS).all(), dict(zip(names, worst.tolist(), strict=True))
 
 
-@pytest.mark.parametrize(("metric", "stat"), CASES, ids=[f"{m}-{s}" for m, s in CASES])
+@pytest.mark.parametrize(("release", "metric", "stat"), CASES, ids=CASE_IDS)
 def test_statistic_agrees_within_both_clients_measured_errors(runs: Runs, metric, stat) -> None:
     key = _key(metric, stat)
     tol, ours_bound, theirs_bound, server = _tolerance(runs, metric, stat)
@@ -417,7 +475,7 @@ def test_statistic_agrees_within_both_clients_measured_errors(runs: Runs, metric
     )
 
 
-@pytest.mark.parametrize(("metric", "stat"), CASES, ids=[f"{m}-{s}" for m, s in CASES])
+@pytest.mark.parametrize(("release", "metric", "stat"), CASES, ids=CASE_IDS)
 def test_each_client_reports_bench_servings_definition_of_its_own_times(
     runs: Runs, metric, stat
 ) -> None:
@@ -443,10 +501,11 @@ def test_duration_and_throughputs_agree_on_one_definition(runs: Runs) -> None:
     part outside its requests aside, then hold both to their measured errors."""
     theirs_s, span_s = runs.theirs["duration"], runs.theirs_timed.span_ms / 1000
     assert theirs_s == runs.their_observed["dur_s"]  # what it divided by is what it wrote
-    # the part after its requests holds one /get_server_info call, by the server's clock: it
-    # came after its last request's end was written, and its answer's write began before the
-    # clock stopped (the observer stamps the call that follows its reading of that clock; the
-    # server's stamp after the write may come later, if the server was preempted after it)
+    # the part after its requests holds one closing GET (/get_server_info, 0.5.23's
+    # /server_info), by the server's clock: it came after its last request's end was written,
+    # and its answer's write began before the clock stopped (the observer stamps the call that
+    # follows its reading of that clock; the server's stamp after the write may come later, if
+    # the server was preempted after it)
     assert theirs_s > span_s
     last_end, ended = max(runs.their_request_ends), runs.their_observed["called"]
     inside = [g for g in runs.their_gets if last_end <= g["head"] and g["end_before"] <= ended]
