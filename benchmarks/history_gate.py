@@ -10,9 +10,9 @@ is computed from them (TTFT p95, TPOT mean). Throughput is one number per night:
 The mock itself has no run-to-run spread (``benchmarks/mock_spread.py``: 0.000% with the
 shared clock), so the drift is the parameter: 1-3% is what whole runs drift on real clusters.
 
-* **history gate**: ``--kimi-gate history`` (:func:`pytest_kimi.history.gate.judge_series`),
+* **history gate**: ``--kimi-gate history`` (:func:`pytest_kimi.judge.history.gate.judge_series`),
   each night judged against the nights before it;
-* **baseline gate**: ``--kimi-baseline`` (:func:`pytest_kimi.baseline.judge`), each night
+* **baseline gate**: ``--kimi-baseline`` (:func:`pytest_kimi.judge.baseline.judge`), each night
   judged against the first night of its series, stored as the baseline.
 
 Detection: the step is caught on its first or second night. False alarms: regressions per
@@ -55,7 +55,6 @@ class Case:
 def mock_requests() -> dict[str, np.ndarray]:
     """Per-request TTFT and TPOT (ms) of the mission's TP32 run on the mock (the twin)."""
     from pytest_kimi.config import load_cluster
-    from pytest_kimi.metrics import per_request_ms
     from pytest_kimi.mock.mission import (
         deployment,
         mission_input_lens,
@@ -63,6 +62,7 @@ def mock_requests() -> dict[str, np.ndarray]:
         simulate_deployment,
         twin_records,
     )
+    from pytest_kimi.results.metrics import per_request_ms
 
     cluster = load_cluster(ROOT / "clusters" / "local.yaml")
     run = simulate_deployment(profile_of(cluster), deployment(cluster, "tp32"),
@@ -101,10 +101,10 @@ def series(
 
 def gates(case: Case, nights_: list[Night], n: int) -> tuple[bool, bool]:
     """(history gate, baseline gate) on night ``n`` of a series: regressed or not."""
-    from pytest_kimi import baseline as baseline_mod
-    from pytest_kimi import catalogue
-    from pytest_kimi.history.gate import Tonight, judge_series
-    from pytest_kimi.history.store import RunRecord, SeriesEntry
+    from pytest_kimi.judge import baseline as baseline_mod
+    from pytest_kimi.judge.history.gate import Tonight, judge_series
+    from pytest_kimi.judge.history.store import RunRecord, SeriesEntry
+    from pytest_kimi.results import catalogue
 
     def run(k: int) -> RunRecord:
         return RunRecord(f"night-{k}", f"2026-11-01T{k % 24:02d}:00:00", "bench", "0" * 64,

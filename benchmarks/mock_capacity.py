@@ -45,11 +45,11 @@ from typing import Any
 import httpx
 
 from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.procgroup import sigterm_as_interrupt
 from pytest_kimi.mock.tokenizer_files import vocabulary
-from pytest_kimi.procgroup import sigterm_as_interrupt
+from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.testing.processes import Proc, mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
-from pytest_kimi.workload.records import RequestRecord
 
 FULL_NS = (8, 16, 32, 64, 128, 256, 384, 512)
 QUICK_NS = (8, 64)

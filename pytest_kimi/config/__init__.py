@@ -4,7 +4,7 @@ One YAML file describes a cluster (nodes, how to start SGLang and the router), t
 can run, the workload and the SLOs. Every problem is a :class:`ConfigError` that names the
 file, the line and the field, raised before anything is started. The file's shape is defined
 once, by the pydantic models in :mod:`pytest_kimi.config.models` (also the source of the
-JSON Schema, ``python -m pytest_kimi.schema``); callers read the frozen records below.
+JSON Schema, ``python -m pytest_kimi.config.schema``); callers read the frozen records below.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pytest_kimi.config.cluster import (
     WorkloadConfig,
 )
 from pytest_kimi.config.load import load_cluster
-from pytest_kimi.yamlfile import ConfigError
+from pytest_kimi.config.yamlfile import ConfigError
 
 __all__ = [
     "ClusterConfig",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pytest_kimi.config.models import ClusterFile
-from pytest_kimi.yamlfile import Located
+from pytest_kimi.config.yamlfile import Located
 
 T = TypeVar("T")
 MOCK_MODULE = "pytest_kimi.mock.launch_server"  # the embedded mock (deploy.plan reads it here)
@@ -53,7 +53,7 @@ def check_cluster(src: Located, raw: ClusterFile) -> None:
 
 def _check_router_package(src: Located, raw: ClusterFile) -> None:
     """``router.module`` of one router package under ``router.package`` of the other."""
-    from pytest_kimi.versions import package_of_module
+    from pytest_kimi.config.versions import package_of_module
 
     named = package_of_module(raw.router.module)
     if raw.router.package != "auto" and named not in (None, raw.router.package):
@@ -68,7 +68,7 @@ def _check_router_package(src: Located, raw: ClusterFile) -> None:
 def _check_sglang_version(src: Located, raw: ClusterFile) -> None:
     """``server.sglang_version`` is a supported release, and one the mock answers as when the
     servers are the mock."""
-    from pytest_kimi.versions import VersionError, mock_version, sglang_profile
+    from pytest_kimi.config.versions import VersionError, mock_version, sglang_profile
 
     version = raw.server.sglang_version
     if version is None:
@@ -365,7 +365,7 @@ def parsed(src: Located, field: str, parse: Callable[[str], T]) -> T:
 
 def goodput_ms(src: Located, goodput: Mapping[str, str]) -> dict[str, float]:
     """``workload.goodput`` limits in milliseconds, parsed once."""
-    from pytest_kimi.slo import parse_duration_ms
+    from pytest_kimi.results.slo import parse_duration_ms
 
     return {
         key: parsed(src, f"workload.goodput.{key}", lambda s, v=value: parse_duration_ms(v, s))
@@ -375,7 +375,7 @@ def goodput_ms(src: Located, goodput: Mapping[str, str]) -> dict[str, float]:
 
 def check_slos(src: Located, prefix: str, slos: Mapping[str, str]) -> None:
     """Each ``slo:`` entry parses (kept as text: the session merges them with CLI ones)."""
-    from pytest_kimi.slo import parse_slo
+    from pytest_kimi.results.slo import parse_slo
 
     for name, value in slos.items():
         parsed(src, f"{prefix}.{name}", lambda s, n=name, v=value: parse_slo(n, v, s))
@@ -383,7 +383,7 @@ def check_slos(src: Located, prefix: str, slos: Mapping[str, str]) -> None:
 
 def regression_thresholds(src: Located, regression: Mapping[str, str]) -> dict[str, float]:
     """``regression:`` thresholds as fractions (``10%`` -> 0.1), one metric per entry."""
-    from pytest_kimi.baseline import parse_thresholds
+    from pytest_kimi.results.baselinefile import parse_thresholds
 
     out: dict[str, float] = {}
     for name, value in regression.items():
@@ -397,7 +397,7 @@ def regression_thresholds(src: Located, regression: Mapping[str, str]) -> dict[s
 
 def check_profile(src: Located, profile: Mapping[str, Any]) -> None:
     """The mock's performance profile builds (numbers, known keys), as the mock will build it."""
-    from pytest_kimi.mock.perfmodel import Profile
+    from pytest_kimi.config.profile import Profile
 
     try:
         Profile.from_mapping(profile)

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_kimi.yamlfile import Located
+from pytest_kimi.config.yamlfile import Located
 
 if TYPE_CHECKING:
-    from pytest_kimi.versions import RouterPackage
+    from pytest_kimi.config.versions import RouterPackage
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class ServerConfig:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # their values
     setup: tuple[str, ...] = ()  # shell lines run before the command, in the same shell
     container: ContainerConfig | None = None
-    sglang_version: str | None = None  # None: the newest profile (pytest_kimi.versions)
+    sglang_version: str | None = None  # None: the newest profile (pytest_kimi.config.versions)
     sglang_version_from: str = "server.sglang_version"  # or --kimi-sglang-version
 
 
@@ -160,7 +160,7 @@ class RouterConfig:
     """How to start the SGLang Router in front of the replicas."""
 
     python: str
-    module: str | None  # None: the package's launcher (pytest_kimi.versions.RouterPackage)
+    module: str | None  # None: the package's launcher (pytest_kimi.config.versions.RouterPackage)
     node: str
     port: int | None
     prometheus_port: int | None
@@ -237,7 +237,7 @@ SUBMIT_HOST = "submit-host"
 
 @dataclass(frozen=True)
 class TelemetryConfig:
-    """GPU telemetry during the measured run (``pytest_kimi.telemetry``)."""
+    """GPU telemetry during the measured run (``pytest_kimi.deploy.telemetry``)."""
 
     enabled: bool = True
     interval_s: float = 5.0  # wall seconds on the machine running pytest
@@ -245,7 +245,8 @@ class TelemetryConfig:
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    """Node processes and the router's workers polled while measured (``pytest_kimi.watchdog``)."""
+    """Node processes and the router's workers polled while measured
+    (``pytest_kimi.deploy.watchdog``)."""
 
     enabled: bool = True
     interval_s: float = 15.0  # wall seconds between polls
@@ -447,7 +448,7 @@ class ClusterConfig:
     ) -> dict[str, Any]:
         """The package's benchmark settings (of ``version``; None: its newest we read), then
         router.args, then the layout's changes."""
-        from pytest_kimi.versions import router_args
+        from pytest_kimi.config.versions import router_args
 
         return merged(router_args(package, self.router.args, version), layout.router_args)
 

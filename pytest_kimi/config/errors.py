@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from pytest_kimi.config.fields import ONE_VALUE, VALUES, kind
-from pytest_kimi.yamlfile import ConfigError, Located
+from pytest_kimi.config.yamlfile import ConfigError, Located
 
 MAX_SHOWN = 5
 

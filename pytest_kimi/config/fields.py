@@ -221,5 +221,5 @@ Sweep = Annotated[
     Discriminator(_sweep_shape),
 ]
 """A workload setting: one value, or a non-empty list of values to sweep (one workload point
-each, :mod:`pytest_kimi.points`). The shape is chosen by the value, so an error is about the
+each, :mod:`pytest_kimi.config.points`). The shape is chosen by the value, so an error is about the
 shape the file used."""

@@ -39,8 +39,8 @@ from pytest_kimi.config.cluster import (
     WorkloadConfig,
 )
 from pytest_kimi.config.errors import config_error
-from pytest_kimi.points import SWEPT
-from pytest_kimi.yamlfile import Located, read_yaml
+from pytest_kimi.config.points import SWEPT
+from pytest_kimi.config.yamlfile import Located, read_yaml
 
 
 def load_cluster(path: Path | str, environ: Mapping[str, str] | None = None) -> ClusterConfig:
@@ -245,7 +245,7 @@ def _router(
 
 def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
     """The workload; a setting given as a list is swept: its first value is the workload's, all
-    of them are its ``sweeps`` (:mod:`pytest_kimi.points`)."""
+    of them are its ``sweeps`` (:mod:`pytest_kimi.config.points`)."""
     goodput = workload.goodput.model_dump(exclude_none=True)
     sweeps = {
         name: tuple(value) for name in SWEPT if isinstance(value := getattr(workload, name), list)

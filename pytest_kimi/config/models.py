@@ -1,7 +1,7 @@
 """The cluster file as pydantic models: the single description of what the YAML may hold.
 
 These models check each field on its own (types, ranges, names, unknown keys) and are the
-source of the published JSON Schema (``python -m pytest_kimi.schema``). Checks that relate
+source of the published JSON Schema (``python -m pytest_kimi.config.schema``). Checks that relate
 fields to each other, or need the SLO/baseline/mock parsers, live in
 :mod:`pytest_kimi.config.checks`; :mod:`pytest_kimi.config.load` turns a validated model into
 the frozen records callers use.
@@ -42,7 +42,8 @@ from pytest_kimi.config.fields import (
 )
 
 PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
-ROUTER_PACKAGES = ("auto", "smg", "sglang-router")  # pytest_kimi.versions.ROUTER_PACKAGES, auto
+# pytest_kimi.config.versions.ROUTER_PACKAGES, and auto
+ROUTER_PACKAGES = ("auto", "smg", "sglang-router")
 
 PYTHON = "Interpreter on the node; 'current' means the one running pytest (local clusters)."
 WRAPPER = "argv put before python (not a container runtime: use 'container')."
@@ -190,7 +191,7 @@ class LayoutRouter(_Model):
     )
 
 
-# every supported release's choices (pytest_kimi.versions: which release has which, checked
+# every supported release's choices (pytest_kimi.config.versions: which release has which, checked
 # against the release the nodes run at bring-up)
 TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
 ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two",
@@ -388,7 +389,7 @@ def _profile_schema(schema: dict[str, Any]) -> None:
     """List the mock profile's fields (from the dataclass the mock reads) for editors."""
     from dataclasses import MISSING, fields
 
-    from pytest_kimi.mock.perfmodel import Profile
+    from pytest_kimi.config.profile import Profile
 
     schema["properties"] = {
         f.name: {"type": "integer" if f.type == "int" else "number", "minimum": 0}
@@ -547,7 +548,7 @@ class ClusterFile(_Model):
     history: Text | None = Field(
         None,
         description="History file (SQLite) every run is appended to, relative to this file; "
-        "--kimi-history overrides it. Read it with python -m pytest_kimi.history.",
+        "--kimi-history overrides it. Read it with python -m pytest_kimi.judge.history.",
     )
     mock: Mock | None = Field(None, description="Present for the embedded mock backend.")
     startup_timeout_s: Seconds = Field(900.0, description="Seconds a deployment may take to start.")

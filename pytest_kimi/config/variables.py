@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from pytest_kimi.yamlfile import Located
+from pytest_kimi.config.yamlfile import Located
 
 Loc = tuple[str | int, ...]
 

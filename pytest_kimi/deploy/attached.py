@@ -12,7 +12,7 @@ The router's own release is asked as well: smg states it in ``GET /get_loads``
 (``{"version": "smg-1.13.0", ...}``); sglang-router 0.3.2 states none (its ``/get_loads``
 lists the workers' loads, its ``/get_server_info`` ``{"router_manager": ...}``), and nothing
 here guesses it from the packages installed beside the client. The servers' stated SGLang
-release picks the version profile (:mod:`pytest_kimi.versions`) as bring-up's probe does: one
+release picks the version profile (:mod:`pytest_kimi.config.versions`) as bring-up's probe does: one
 older than supported or newer than read is said in the notes.
 """
 
@@ -134,7 +134,7 @@ def _router_release(http: httpx.Client, base: str) -> str | None:
 def release_notes(stated: set[str]) -> list[str]:
     """What the servers' stated SGLang releases mean for reading them: the profile's notes
     (newer than read), a release older than supported, several releases at once."""
-    from pytest_kimi.versions import VersionError, sglang_profile
+    from pytest_kimi.config.versions import VersionError, sglang_profile
 
     notes: list[str] = []
     if len(stated) > 1:

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 import pytest_kimi
 from pytest_kimi.deploy import remote
 from pytest_kimi.deploy.plan import ProcessSpec
+from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.workload.abort import RunAborted
 from pytest_kimi.workload.onnode import spec_json
-from pytest_kimi.workload.records import Chunk, RequestRecord
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Node

@@ -19,6 +19,7 @@ import httpx
 from pytest_kimi.deploy.executor import Executor, Handle
 from pytest_kimi.deploy.logs import Cut, fetch_all
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
+from pytest_kimi.deploy.procgroup import Interrupts, hold_signals, interrupt, stop_all
 from pytest_kimi.deploy.reach import DIRECT, Reach
 from pytest_kimi.deploy.readiness import (
     FormatError,
@@ -29,7 +30,6 @@ from pytest_kimi.deploy.readiness import (
     wait_ready,
 )
 from pytest_kimi.deploy.startup import StallError, StartupWatch, all_tails
-from pytest_kimi.procgroup import Interrupts, hold_signals, interrupt, stop_all
 
 POLL_S = 0.1
 
@@ -275,8 +275,8 @@ class Deployment:
                 http, probe, deadline=deadline, poll_s=self.poll_s, between=self._check_watch
             )
         except FormatError as exc:  # waiting cannot fix it: fail now, naming the version
+            from pytest_kimi.config.versions import ROUTER_PACKAGES
             from pytest_kimi.deploy.envinfo import router_version
-            from pytest_kimi.versions import ROUTER_PACKAGES
 
             version = router_version(self.executor, spec) if spec.role == "router" else "?"
             supported = " or ".join(f"{p.name}{p.supported}" for p in ROUTER_PACKAGES.values())

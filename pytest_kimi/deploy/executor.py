@@ -2,11 +2,11 @@
 
 The deployment code is the same for every executor; only how a process is started differs.
 ``LocalExecutor`` runs each "node" as a local process group (the embedded mock backend,
-through :mod:`pytest_kimi.procgroup`). Every process gets its own session (``setsid``), so
+through :mod:`pytest_kimi.deploy.procgroup`). Every process gets its own session (``setsid``), so
 stopping its group stops everything it started, and the executor remembers every group it
 made so teardown can check none is left. Every group also holds a watcher on the executor's
-:class:`~pytest_kimi.procgroup.Lifeline`: if the harness dies (``kill -9`` included), the kernel
-closes the lifeline and each group kills itself; :meth:`LocalExecutor.close` cuts it too, so
+:class:`~pytest_kimi.deploy.procgroup.Lifeline`: if the harness dies (``kill -9`` included), the
+kernel closes the lifeline and each group kills itself; :meth:`LocalExecutor.close` cuts it too, so
 nothing outlives the deployment's teardown.
 """
 
@@ -24,7 +24,7 @@ from typing import Protocol
 from pytest_kimi.config import Node
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.procgroup import Lifeline, group_alive, signal_group
+from pytest_kimi.deploy.procgroup import Lifeline, group_alive, signal_group
 
 
 @dataclass

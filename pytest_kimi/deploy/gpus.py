@@ -173,7 +173,7 @@ def smi_command(cluster: ClusterConfig, node: Node, scope: str) -> list[str]:
     ``scope`` is ``<run folder name>/<layout>``, the same tag the SSH executor uses for its
     remote folder; the stand-in keeps its GPU state under it where runs must not see each
     other (several local layouts at once under xdist share the "nodes" of one machine)."""
-    from pytest_kimi.deploy.plan import MOCK_MODULE
+    from pytest_kimi.config.checks import MOCK_MODULE
 
     server = cluster.server
     if server.module != MOCK_MODULE:

@@ -16,8 +16,8 @@ is given; then they are stopped as a teardown stops them (TERM to every group, o
 KILL), each signal sent only while the leader still has the recorded start time.
 
 SSH clusters only: a local cluster's processes die with the harness (the executor's lifeline,
-:class:`pytest_kimi.procgroup.Lifeline`), so there is nothing to find. Processes started inside
-a container have pids of the container's namespace: they are not found here (a container of
+:class:`pytest_kimi.deploy.procgroup.Lifeline`), so there is nothing to find. Processes started
+inside a container have pids of the container's namespace: they are not found here (a container of
 run mode left behind is named ``kimi-<run>-<process>``).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pytest_kimi.config import Node
 from pytest_kimi.deploy import remote
 from pytest_kimi.deploy.executor import Executor
-from pytest_kimi.procgroup import stop_all
+from pytest_kimi.deploy.procgroup import stop_all
 
 
 class LeftoverError(RuntimeError):

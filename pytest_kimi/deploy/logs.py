@@ -23,7 +23,7 @@ from typing import BinaryIO, TypeVar
 
 MIB = 1024 * 1024
 CHUNK = 1024 * 1024
-# the store's run ids: 20260902-123051-<cluster>-dp2 (pytest_kimi.store.new_run_id)
+# the store's run ids: 20260902-123051-<cluster>-dp2 (pytest_kimi.results.store.new_run_id)
 H = TypeVar("H")
 RUN_GLOB = "[0-9]" * 8 + "-" + "[0-9]" * 6 + "-*"
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
 from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
+from pytest_kimi.config.serverargs import flags, resolve_model_path
+from pytest_kimi.config.versions import SGLangProfile, Versions, assumed
 from pytest_kimi.deploy.ports import PortBook
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
-from pytest_kimi.versions import SGLangProfile, Versions, assumed
-
-BUILTIN_TOKENIZER = "builtin:mock-tokenizer"
 
 
 @dataclass(frozen=True)
@@ -114,59 +113,6 @@ class DeploymentPlan:
         host = argv[argv.index("--prometheus-host") + 1] if "--prometheus-host" in argv else ""
         return f"http://{_url_host(host or self.router.bind_addr)}:{port}/metrics"
 
-    def describe(self) -> str:
-        """Human-readable listing for ``--kimi-dry-run`` and the manifest: per process, the
-        SSH target and the data-network address it binds (and peers use)."""
-        lines = [f"# layout {self.layout.name} ({self.layout.label}) on {self.cluster.name}"]
-        if self.versions is not None:
-            lines.append(f"# command lines for {self.versions.describe()}")
-        if self.cluster.executor == "slurm":
-            return "\n".join([*lines, *self._slurm_lines()])
-        for proc in self.processes:
-            lines.append(f"# {proc.name} on {proc.node.name} ({self._where(proc)})")
-            lines.extend(proc.describe())
-        return "\n".join(lines)
-
-    def _slurm_lines(self) -> list[str]:
-        """The allocation (salloc), then each process as its step (srun ... sh -c SCRIPT;
-        environment first, secret values redacted), as executor: slurm runs them; a router on
-        the submit host as a local command."""
-        from pytest_kimi.config.cluster import SUBMIT_HOST
-        from pytest_kimi.deploy.slurm import job_name, owned, salloc_argv, srun_argv, step_script
-
-        config = self.cluster.slurm
-        nodes = [n.name for n in self.cluster.deployment_nodes(self.layout)
-                 if n.name != SUBMIT_HOST]  # fmt: skip
-        job = "$JOB"  # the id salloc grants
-        salloc = owned(salloc_argv(config, job_name(config, f"<run>/{self.layout.name}"),
-                                   nodes), "pytest-kimi:<host>:<pid>:<start>")  # fmt: skip
-        lines = ["# the allocation (its job id is $JOB below)", shlex.join(salloc)]
-        for proc in self.processes:
-            where = "here, the submit host" if proc.node.name == SUBMIT_HOST else proc.node.name
-            lines.append(f"# {proc.name} on {where} (addr {proc.bind_addr})")
-            if proc.node.name == SUBMIT_HOST:
-                lines += proc.describe()
-                continue
-            env = proc.command_line().removesuffix(shlex.join(proc.argv)).strip()
-            env = f"{env} PYTHONUNBUFFERED=1".strip()  # as the executor adds it
-            names = [*proc.launch_env, "PYTHONUNBUFFERED"]
-            srun = srun_argv(config, job, proc.node.name, proc.name,
-                             resources=proc.role == "server", export=names)  # fmt: skip
-            step = shlex.join([*srun, "--input=none", "sh", "-c", step_script(proc)])
-            # the job id comes from salloc: left for the shell to fill in
-            lines.append(f"{env} {step}".strip().replace("'--jobid=$JOB'", '--jobid="$JOB"'))
-        return lines
-
-    def _where(self, proc: ProcessSpec) -> str:
-        node = proc.node
-        if self.cluster.executor != "ssh":
-            return node.host
-        where = f"ssh {node.host}, addr {proc.bind_addr}"
-        if not proc.addr:
-            where += ": no addr set, resolved on the node at bring-up"
-        return where
-
-
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -181,19 +127,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     return pick(host)
 
 
-def flags(values: Mapping[str, str | int | float | bool]) -> list[str]:
-    """A YAML args mapping as command-line flags: `true` a bare flag, `false` left out."""
-    out: list[str] = []
-    for name, value in values.items():
-        if value is True:
-            out.append(f"--{name}")
-        elif value is False:
-            continue
-        else:
-            out.extend([f"--{name}", str(value)])
-    return out
-
-
 def _mock_gpu_flags(cluster: ClusterConfig, node: Node, scope: str | None) -> list[str]:
     """Where a mock server publishes its GPUs for the stand-in nvidia-smi (deploy/gpus.py)."""
     from pytest_kimi.deploy.gpus import mock_gpu_dir
@@ -203,7 +136,7 @@ def _mock_gpu_flags(cluster: ClusterConfig, node: Node, scope: str | None) -> li
 
 
 def mock_clock_path(cluster: ClusterConfig, scope: str | None) -> str | None:
-    """The shared cluster clock of a local mock run (pytest_kimi/mock/clock.py), one per
+    """The shared cluster clock of a local mock run (pytest_kimi/workload/sharedclock.py), one per
     ``<run>/<layout>`` scope; None where the processes do not share this machine (SSH), on
     real SGLang, and without a scope (a dry run). The harness creates it before bring-up."""
     if cluster.executor != "local" or cluster.mock is None or scope is None:
@@ -218,7 +151,7 @@ def _disaggregation_flags(
 ) -> list[str]:
     """SGLang's flags for one side of a disaggregated layout (none for a unified replica):
     its mode and transfer backend, the prefill's bootstrap port; where the release has them
-    (:attr:`~pytest_kimi.versions.SGLangProfile.pd_shape_flags`) the decode side's TP for the
+    (:attr:`~pytest_kimi.config.versions.SGLangProfile.pd_shape_flags`) the decode side's TP for the
     prefill (its KV is sliced for it) and the prefill's PP for the decode (it pulls every
     stage's KV); later releases learn both through the bootstrap server."""
     if not role:
@@ -280,15 +213,6 @@ def cluster_versions(cluster: ClusterConfig) -> Versions:
     server, router = cluster.server, cluster.router
     return assumed(server.sglang_version, router.package, server.sglang_version_from,
                    router.module)  # fmt: skip
-
-
-def resolve_model_path(value: str) -> str:
-    """``builtin:mock-tokenizer`` is the tiny tokenizer directory shipped with the package."""
-    if value == BUILTIN_TOKENIZER:
-        from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
-
-        return str(TOKENIZER_DIR)
-    return value
 
 
 def plan_deployment(

@@ -21,8 +21,8 @@ Probe = Callable[[httpx.Client], tuple[bool, str]]  # -> (ready, why not)
 
 # The router releases whose /readiness answer ({"status", "healthy_workers", "total_workers"})
 # and Prometheus names (``smg_*``: report/routermetrics.py) we have read against a live router:
-# pytest_kimi.versions.ROUTER_PACKAGES (smg 1.x, sglang-router 0.3.x; our tests bring the real
-# routers up in front of the mock servers, so mock and real runs use the same router). Older
+# pytest_kimi.config.versions.ROUTER_PACKAGES (smg 1.x, sglang-router 0.3.x; our tests bring the
+# real routers up in front of the mock servers, so mock and real runs use the same router). Older
 # routers (0.1/0.2) named their metrics ``sgl_router_*``.
 
 # Prefix of every metric family smg and sglang-router 0.3.x export ("sglang model gateway").

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_kimi.deploy.executor import Executor, Handle
-    from pytest_kimi.progress.events import Progress
-    from pytest_kimi.result import LayoutResult
+    from pytest_kimi.results.events import Progress
+    from pytest_kimi.results.layout import LayoutResult
 
 MAX_CHARS = 160
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -140,10 +140,10 @@ def log_lines(
     progress: Progress,
     interval_s: float,
 ) -> RunTails | None:
-    """A deployment's :class:`RunTails` sending :class:`~pytest_kimi.progress.events.LogLine`
+    """A deployment's :class:`RunTails` sending :class:`~pytest_kimi.results.events.LogLine`
     events of ``layout`` to ``progress`` (None when ``interval_s``, ``logs.tail_report_s``, is
     0: no log lines during the run)."""
-    from pytest_kimi.progress.events import LogLine
+    from pytest_kimi.results.events import LogLine
 
     if interval_s <= 0:
         return None

@@ -43,7 +43,7 @@ from pytest_kimi.config.cluster import SUBMIT_HOST, SlurmConfig
 from pytest_kimi.deploy.executor import Handle, LocalExecutor, answer
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.procgroup import Lifeline, signal_group
+from pytest_kimi.deploy.procgroup import Lifeline, signal_group
 
 GRANTED = re.compile(r"Granted job allocation (\d+)")
 QUEUED = re.compile(r"Pending job allocation (\d+)")

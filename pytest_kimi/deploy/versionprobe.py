@@ -4,7 +4,7 @@ command line is built.
 Each server node's interpreter (the one the plan starts, with its environment, setup lines and
 container) is asked for its ``sglang`` release; the router's for ``smg`` and ``sglang-router``
 (package metadata: smg's ``__version__`` lags its releases). The answers pick the SGLang
-profile and the router package (:mod:`pytest_kimi.versions`) the plan is then rebuilt for. A
+profile and the router package (:mod:`pytest_kimi.config.versions`) the plan is then rebuilt for. A
 mock cluster's servers answer as ``server.sglang_version``: they are not asked.
 """
 
@@ -19,11 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_kimi.config import ClusterConfig
 from pytest_kimi.config.checks import MOCK_MODULE
-from pytest_kimi.deploy.envinfo import software
-from pytest_kimi.deploy.executor import Executor
-from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec, cluster_versions
-from pytest_kimi.deploy.secrets import REDACTED
-from pytest_kimi.versions import (
+from pytest_kimi.config.versions import (
     ROUTER_PACKAGES,
     RouterPackage,
     VersionError,
@@ -32,6 +28,10 @@ from pytest_kimi.versions import (
     sglang_profile,
     version_problem,
 )
+from pytest_kimi.deploy.envinfo import software
+from pytest_kimi.deploy.executor import Executor
+from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec, cluster_versions
+from pytest_kimi.deploy.secrets import REDACTED
 
 
 class VersionMismatch(RuntimeError):

@@ -131,8 +131,8 @@ def _mock_flags(p: argparse.ArgumentParser) -> None:
     add(
         "--mock-clock",
         default=None,
-        help="a shared cluster clock file (pytest_kimi/mock/clock.py): a local run's processes "
-        "and client keep one time, and wall overhead stays out of cluster time",
+        help="a shared cluster clock file (pytest_kimi/workload/sharedclock.py): a local run's "
+        "processes and client keep one time, and wall overhead stays out of cluster time",
     )
     add("--mock-gpus-per-node", type=int, default=None)
     add("--mock-node", default=None, help="this node's name (the stand-in nvidia-smi's GPUs)")

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kimi.mock.bootstrap import Line, open_line
-from pytest_kimi.mock.clock import HOLD_STALL_S, INF
 from pytest_kimi.mock.engine import Engine, Stream
 from pytest_kimi.mock.kvlink import Link, Span, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.mock.scheduler import SimRequest
 from pytest_kimi.mock.speculative import Drafts
+from pytest_kimi.workload.sharedclock import HOLD_STALL_S, INF
 
 log = logging.getLogger("sglang.mock")
 

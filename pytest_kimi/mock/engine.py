@@ -4,8 +4,8 @@ Wall time = cluster time / ``time_scale`` (``time_scale`` 40 plays 40 cluster se
 wall second). Each event is scheduled against an absolute wall deadline, so a late wake-up
 delays one event but never accumulates drift.
 
-With a :class:`~pytest_kimi.mock.clock.SharedClock` (a local run), cluster time is the shared
-clock's. The engine bounds it at its next *telling* event, one that emits a request's first
+With a :class:`~pytest_kimi.workload.sharedclock.SharedClock` (a local run), cluster time is the
+shared clock's. The engine bounds it at its next *telling* event, one that emits a request's first
 or last token (:meth:`ReplicaSim.next_telling_time`): there the clock waits for the engine,
 so a late wake-up costs wall time, never cluster time, where TTFT, E2E, TPOT and the next
 arrival are decided. It holds the clock for each first and last token until the client has
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pytest_kimi.mock.clock import INF, SharedClock
 from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
 from pytest_kimi.mock.speculative import Drafts
+from pytest_kimi.workload.sharedclock import INF, SharedClock
 
 
 @dataclass

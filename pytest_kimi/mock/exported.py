@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import time
 
+from pytest_kimi.config.versions import SGLangProfile
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.wire import recording
 from pytest_kimi.mock.wire.info import max_total_tokens
 from pytest_kimi.mock.wire.metrics import MetricStore
-from pytest_kimi.versions import SGLangProfile
 
 HTTP_FAMILIES = ("sglang:http_requests_total", "sglang:http_responses_total",
                  "sglang:http_requests_active")  # fmt: skip

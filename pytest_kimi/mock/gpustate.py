@@ -18,6 +18,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pytest_kimi.workload.pids import pid_alive
+
 # The stand-in's GPU: an RTX PRO 6000 Blackwell Server Edition (the seed cluster's card).
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 MEM_TOTAL_MIB = 97887.0  # what nvidia-smi reports for its 96 GB
@@ -43,31 +45,6 @@ class Holder:
     util: float = 0.0  # 0..1, per GPU it holds
     node_gpus: int | None = None  # a server states how many GPUs its node has
     extra: dict = field(default_factory=dict)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` exists on this machine (another user's process counts)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """A zombie is dead (its parent has not reaped it yet). Read only from a /proc that shows
-    our own pid namespace (in a container /proc may be the host's)."""
-    try:
-        if os.readlink("/proc/self") != str(os.getpid()):
-            return False
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def state_file(state_dir: str | Path, pid: int) -> Path:

@@ -6,12 +6,12 @@ and tests predict exactly what the mission's command on the mock would measure:
 
 * prompt lengths are the real token counts of the run's prompts: the workload's dataset,
   seed, category and prompt construction (:func:`pytest_kimi.workload.dataset.load_workload`,
-  as :func:`pytest_kimi.inputs.load_inputs` calls it), counted by the mock's tokenizer as the
+  as :func:`pytest_kimi.config.inputs.load_inputs` calls it), counted by the mock's tokenizer as the
   mock server counts them; the first ``warmup_requests`` prompts are the warm-up and are not
   measured (the twin starts from an idle, warmed deployment, as the measured part does);
 * parallelism from ``layouts:``, replicas from ``deployment:``, GPUs per node from ``nodes:``,
   chunk size from ``server.args``, concurrency and lengths from ``workload:``;
-* figures through :func:`pytest_kimi.metrics.summarize`, the product's own definitions, on
+* figures through :func:`pytest_kimi.results.metrics.summarize`, the product's own definitions, on
   records built from the simulation's ground truth (send = arrival, with ``reaction_s`` 0).
 """
 
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kimi.config import ClusterConfig
-from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.mock.speculative import Speculation
 from pytest_kimi.mock.twin import Side, TwinRun, simulate, simulate_pd
-from pytest_kimi.summary import Summary
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Deployment:
 def server_flags(cluster: ClusterConfig, layout: str) -> MockArgs:
     """The flags ``layout``'s servers get, parsed and resolved as the mock server does
     (SGLang's defaults: speculative decoding's parameters and running-request limit)."""
-    from pytest_kimi.deploy.plan import flags
+    from pytest_kimi.config.serverargs import flags
     from pytest_kimi.mock.args import parse_args
 
     lay = cluster.layout(layout)
@@ -133,7 +133,7 @@ def mission_input_lens(cluster: ClusterConfig) -> list[int]:
 def mission_prompts(cluster: ClusterConfig) -> list[str]:
     """The measured requests' prompts as sent, in order: the same selection and construction
     as a run (``load_inputs``)."""
-    from pytest_kimi.deploy.plan import resolve_model_path
+    from pytest_kimi.config.serverargs import resolve_model_path
     from pytest_kimi.workload.dataset import load_workload, resolve_dataset
 
     wl = cluster.workload
@@ -213,7 +213,7 @@ def _chunks(token_times: Sequence[float]) -> list[Chunk]:
 def summarize_twin(
     run: TwinRun, percentiles: Sequence[float] = (50, 90, 95, 99), *, itl: bool = True
 ) -> Summary:
-    """The run's :class:`~pytest_kimi.summary.Summary`, by the product's own definitions
+    """The run's :class:`~pytest_kimi.results.summary.Summary`, by the product's own definitions
     (``Summary.to_dict()`` gives bench_serving's keys: ``mean_ttft_ms``, ``p95_tpot_ms``...).
     ``itl=False``: inter-token latencies left unmeasured (a fit's inner loop does not need them)."""
     records = twin_records(run, chunks=itl)

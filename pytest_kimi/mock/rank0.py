@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from pytest_kimi.config.versions import SGLangProfile
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.bootstrap import bootstrap_app, serve_lines
-from pytest_kimi.mock.clock import SharedClock
 from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
@@ -27,7 +27,7 @@ from pytest_kimi.mock.rendezvous import Rank0, RendezvousError
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.server import build_app
 from pytest_kimi.mock.startup import load, stalls
-from pytest_kimi.versions import SGLangProfile
+from pytest_kimi.workload.sharedclock import SharedClock
 
 log = logging.getLogger("sglang.mock")
 READY_LINE = "The server is fired up and ready to roll!"

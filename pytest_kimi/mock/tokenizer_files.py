@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TOKENIZER_DIR: Path = Path(__file__).resolve().parent / "tokenizer"
+from pytest_kimi.config.serverargs import MOCK_TOKENIZER_DIR
+
+TOKENIZER_DIR: Path = MOCK_TOKENIZER_DIR
 """Directory with tokenizer.json, tokenizer_config.json, special_tokens_map.json, config.json."""
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<unk>", "<pad>")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pytest_kimi.report.comparison import render_markdown, render_text
 from pytest_kimi.report.html import render_html
+from pytest_kimi.report.reporting import comparison
 from pytest_kimi.report.setup import experiment_setup
-from pytest_kimi.reporting import comparison
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.store import SavedRunError, load_layout, write_comparison
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.store import SavedRunError, load_layout, write_comparison
 
 
 def main(argv: list[str] | None = None) -> int:

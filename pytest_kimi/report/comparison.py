@@ -11,15 +11,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_kimi import catalogue
-from pytest_kimi.metrics import per_request_ms
 from pytest_kimi.report.categories import category_lines
 from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
-from pytest_kimi.report.pdstages import ttft_lines
-from pytest_kimi.result import LayoutResult, verdict_to_dict
-from pytest_kimi.slo import format_value
-from pytest_kimi.stats import bootstrap_delta
-from pytest_kimi.summary import Summary
+from pytest_kimi.results import catalogue
+from pytest_kimi.results.layout import LayoutResult, verdict_to_dict
+from pytest_kimi.results.metrics import per_request_ms
+from pytest_kimi.results.pdstages import ttft_lines
+from pytest_kimi.results.slo import format_value
+from pytest_kimi.results.stats import bootstrap_delta
+from pytest_kimi.results.summary import Summary
 
 __all__ = [
     "ROWS", "LayoutResult", "build_comparison", "incomplete_reasons", "render_markdown",

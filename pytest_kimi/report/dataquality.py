@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_kimi.report.replicacounters import ReplicaCounters
+from pytest_kimi.results.replicacounters import ReplicaCounters
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PATTERNS: dict[str, re.Pattern[str]] = {

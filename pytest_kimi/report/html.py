@@ -7,7 +7,7 @@ report model as ``comparison.md``.
 
 Real SGLang names no replica per request, so the timeline does not pretend to split requests
 between replicas: requests without one share a single row, labelled so, and the split is given
-as what the replicas' own counters say in total (:mod:`pytest_kimi.report.replicacounters`).
+as what the replicas' own counters say in total (:mod:`pytest_kimi.results.replicacounters`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.textpath import TextPath
 
-from pytest_kimi.metrics import per_request_ms
 from pytest_kimi.report.categories import CAPTION as CATEGORY_CAPTION
 from pytest_kimi.report.categories import HEADER as CATEGORY_HEADER
 from pytest_kimi.report.categories import category_rows
@@ -38,17 +37,18 @@ from pytest_kimi.report.comparison import (
 )
 from pytest_kimi.report.matrixtext import best_text, describe_search, flag_text, search_cell
 from pytest_kimi.report.paretoplot import pareto_figure
-from pytest_kimi.report.pdstages import CAPTION as PD_CAPTION
-from pytest_kimi.report.pdstages import ttft_tables
-from pytest_kimi.report.replicacounters import ReplicaCounters
 from pytest_kimi.report.telemetryplot import PANEL_HEIGHT, curves_for, draw_node
 from pytest_kimi.report.trendplot import trend_caption, trend_figure
-from pytest_kimi.workload.records import RequestRecord
+from pytest_kimi.results.metrics import per_request_ms
+from pytest_kimi.results.pdstages import CAPTION as PD_CAPTION
+from pytest_kimi.results.pdstages import ttft_tables
+from pytest_kimi.results.records import RequestRecord
+from pytest_kimi.results.replicacounters import ReplicaCounters
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from pytest_kimi.telemetry_stats import TelemetrySeries
+    from pytest_kimi.results.telemetry_stats import TelemetrySeries
 
 Counters = Mapping[str, Mapping[str, ReplicaCounters]]
 Telemetry = Mapping[str, "TelemetrySeries | None"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_kimi.telemetry_stats import NodeCurve, TelemetrySeries, node_curves
+from pytest_kimi.results.telemetry_stats import NodeCurve, TelemetrySeries, node_curves
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -2,14 +2,15 @@
 line per layout (and workload point). Each level the change-point detection found is drawn as
 its median with the noise band around it (K_NOISE x the run-to-run spread); a change point is a
 dashed line at the run where the level moved, labelled with the step; tonight is the last,
-larger marker. Data: the model's ``trends`` (:func:`pytest_kimi.history.trend.report_trends`)."""
+larger marker. Data: the model's ``trends``
+(:func:`pytest_kimi.judge.history.trend.report_trends`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_kimi import catalogue
+from pytest_kimi.results import catalogue
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -2,8 +2,8 @@
 
 Each runs in its own session (so its process group holds everything it starts), writes its
 output to a log file, and is stopped as a group: TERM, then KILL, then a check that nothing
-of the group is left (:mod:`pytest_kimi.procgroup`, as the local executor does). Only loopback
-URLs are ever polled.
+of the group is left (:mod:`pytest_kimi.deploy.procgroup`, as the local executor does). Only
+loopback URLs are ever polled.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from pytest_kimi.deploy.procgroup import start_group, stop_groups
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
-from pytest_kimi.procgroup import start_group, stop_groups
 
 
 class ProcessError(AssertionError):

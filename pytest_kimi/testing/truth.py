@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_kimi.workload.records import RequestRecord
+from pytest_kimi.results.records import RequestRecord
 
 PHASES = ("connect", "send", "server", "back")
 

@@ -1,6 +1,6 @@
 """A cancel hook for the benchmark client that another thread can pull.
 
-The watchdog (:mod:`pytest_kimi.watchdog`) runs in a thread of its own, while the client runs
+The watchdog (:mod:`pytest_kimi.deploy.watchdog`) runs in a thread of its own, while the client runs
 under ``asyncio.run`` in the main thread. It must stop the run without signals to the main
 thread (they would look like Ctrl-C, and land anywhere): :meth:`Abort.trip` cancels the
 guarded task on its own loop (``call_soon_threadsafe``), every request in flight is cancelled

@@ -39,9 +39,9 @@ from typing import Any
 import httpx
 import orjson
 
+from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.workload.abort import Abort
 from pytest_kimi.workload.clocks import WALL, RunClock, WallClock
-from pytest_kimi.workload.records import Chunk, RequestRecord
 from pytest_kimi.workload.transport import MeasuringTransport, Phases
 
 loads = orjson.loads

@@ -2,8 +2,8 @@
 
 On a real cluster (and whenever no shared clock is given) requests are timed on the monotonic
 wall clock, and holding is a no-op. On a local mock run the mock's processes and the client
-share one cluster clock (:class:`pytest_kimi.mock.clock.SharedClock`) that stands still while
-a message is on its way, so the client's, the router's and HTTP's wall time is not
+share one cluster clock (:class:`pytest_kimi.workload.sharedclock.SharedClock`) that stands still
+while a message is on its way, so the client's, the router's and HTTP's wall time is not
 multiplied into cluster time. The client's part in it is small: read it, hold it for a
 request it is about to send, let go of the engine's hold on a request's first and last
 token once it has read them (docs/mock.md, "One clock").

@@ -9,7 +9,7 @@ JSON line per event to ``OUT``, flushed at once so the harness can follow it whi
 - ``{"event": "start", "index": I, "prompt_id": ..., "warmup": B, "t": T, ...}`` as one is
   sent (``T`` on this node's clock);
 - ``{"event": "done", "record": {...}}`` once its record is filled in (a
-  :class:`~pytest_kimi.workload.records.RequestRecord`, times on this node's clock);
+  :class:`~pytest_kimi.results.records.RequestRecord`, times on this node's clock);
 - ``{"event": "end"}`` when every request has finished.
 
 Every line is ASCII (non-ASCII text escaped), so the harness's byte count of what it read is
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
-from pytest_kimi.workload.records import RequestRecord
 
 
 def read_spec(path: Path) -> tuple[str, ClientOptions, list[RequestSpec], list[RequestSpec]]:

@@ -29,12 +29,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_kimi.metrics import Summary, summarize
 from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.results.metrics import Summary, summarize
+from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.testing.peer import bench_serving_argv, write_custom_dataset
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.dataset import BUNDLED_DATASET, Prompt, load_workload
-from pytest_kimi.workload.records import RequestRecord
 
 pytestmark = pytest.mark.slow
 

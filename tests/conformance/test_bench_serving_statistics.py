@@ -55,13 +55,13 @@ import numpy as np
 import pytest
 
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.metrics import summarize
 from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.testing import realsglang
 from pytest_kimi.testing.peer import bench_serving_argv, offline_env, write_custom_dataset
 from pytest_kimi.testing.processes import Proc
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
-from pytest_kimi.workload.records import RequestRecord
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording
 
 pytestmark = pytest.mark.slow
-# what the product reads per replica (pytest_kimi.report.replicacounters)
+# what the product reads per replica (pytest_kimi.results.replicacounters)
 PRODUCT_COUNTERS = {"sglang:num_requests_total", "sglang:prompt_tokens_total",
                     "sglang:generation_tokens_total"}  # fmt: skip
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import ClusterConfig, load_cluster
+from pytest_kimi.config.versions import ROUTER_PACKAGES, assumed
 from pytest_kimi.deploy.plan import DeploymentPlan, plan_deployment
 from pytest_kimi.testing.realsglang import (
     ROOT,
@@ -29,14 +30,13 @@ from pytest_kimi.testing.realsglang import (
     offline_env,
     router_python,
 )
-from pytest_kimi.versions import ROUTER_PACKAGES, assumed
 
 pytestmark = pytest.mark.slow
 
 CLUSTERS = sorted((ROOT / "clusters").glob("*.yaml"))
 PARSE = ROOT / "scripts" / "real_sglang" / "parse_args.py"
 # (package, release): the project's smg (""), the smg releases where the settings change
-# (pytest_kimi.versions.SMG: 1.11, 1.12, 1.13), the first smg, and sglang-router 0.3.2
+# (pytest_kimi.config.versions.SMG: 1.11, 1.12, 1.13), the first smg, and sglang-router 0.3.2
 ROUTERS = [("smg", ""), ("smg", "1.12.0"), ("smg", "1.11.0"), ("smg", "1.10.1"),
            ("smg", "1.1.0"), ("sglang-router", "0.3.2")]  # fmt: skip
 ENVIRON = {"KIMI_SGLANG_VENV": ".venv-sglang-0.5.23"}  # cpu-sglang.yaml's ${} references

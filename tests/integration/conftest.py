@@ -10,7 +10,7 @@ import httpcore  # noqa: F401  (see below)
 import pytest
 
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.procgroup import group_alive
+from pytest_kimi.deploy.procgroup import group_alive
 from pytest_kimi.testing.processes import NO_HYPOTHESIS, Proc, mock_argv
 
 # httpx imports httpcore lazily, on first use. A pytester test restores sys.modules when it

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.history import History
+from pytest_kimi.judge.history import History
 from pytest_kimi.mock.perfmodel import Profile
 
 pytest_plugins = ["pytester"]

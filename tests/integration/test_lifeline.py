@@ -1,7 +1,7 @@
 """``kill -9`` of the harness mid-run: every process of the local deployment dies with it.
 
 No ``finally`` runs in a SIGKILLed pytest; only the kernel closing the executor's lifeline
-(:class:`pytest_kimi.procgroup.Lifeline`) can stop the 8 mock servers and the router.
+(:class:`pytest_kimi.deploy.procgroup.Lifeline`) can stop the 8 mock servers and the router.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_kimi.options import DEFAULT_CLUSTER
+from pytest_kimi.config.options import DEFAULT_CLUSTER
 from pytest_kimi.testing.processes import pytest_argv
 
 ROOT = Path(__file__).parents[2]

@@ -93,7 +93,7 @@ def test_real_openai_client_works_against_the_mock(mock_server):
 
 
 def test_metrics_use_sglang_names(mock_server):
-    from pytest_kimi.report.replicacounters import server_totals
+    from pytest_kimi.results.replicacounters import server_totals
 
     before = server_totals(httpx.get(mock_server + "/metrics").text)
     body = {"text": "a b c", "sampling_params": {"max_new_tokens": 2}}

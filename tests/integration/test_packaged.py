@@ -83,7 +83,7 @@ def test_an_unrelated_suite_loads_nothing_heavy(pytester: pytest.Pytester):
 
 def test_packaged_default_is_the_repository_example():
     """clusters/local.yaml is the readable copy of what ships; they must not drift apart."""
-    from pytest_kimi.options import DEFAULT_CLUSTER
+    from pytest_kimi.config.options import DEFAULT_CLUSTER
 
     repo = Path(__file__).parents[2] / "clusters" / "local.yaml"
     assert DEFAULT_CLUSTER.read_bytes() == repo.read_bytes()

@@ -288,7 +288,7 @@ def test_layout_slos_cli_layout_overrides_and_marker_make_their_own_items(
     project.makepyfile(
         test_marked="""
 import pytest
-from pytest_kimi.slo import evaluate
+from pytest_kimi.results.slo import evaluate
 
 @pytest.mark.slo(ttft_mean="1ms")
 def test_strict(speedbench, kimi_slos, kimi_slo_name):

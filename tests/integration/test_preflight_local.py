@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_kimi.options import DEFAULT_CLUSTER
+from pytest_kimi.config.options import DEFAULT_CLUSTER
 from pytest_kimi.testing.processes import pytest_argv
 
 ROOT = Path(__file__).resolve().parents[2]

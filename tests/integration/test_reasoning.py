@@ -40,7 +40,7 @@ import httpx
 import orjson
 
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.metrics import per_request_ms, summarize
+from pytest_kimi.results.metrics import per_request_ms, summarize
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, _StreamParser, run_requests
 
 TTFT_TOLERANCE_MS = 1.0

@@ -17,7 +17,7 @@ from pytest_kimi.config import load_cluster
 from pytest_kimi.deploy.deployment import Deployment
 from pytest_kimi.deploy.executor import LocalExecutor
 from pytest_kimi.deploy.plan import plan_deployment
-from pytest_kimi.procgroup import group_alive
+from pytest_kimi.deploy.procgroup import group_alive
 from pytest_kimi.testing.processes import pytest_argv, signal_when
 
 pytest_plugins = ["pytester"]

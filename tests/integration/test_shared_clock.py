@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from pytest_kimi.deploy.plan import free_port
-from pytest_kimi.mock.clock import SharedClock
 from pytest_kimi.testing.processes import mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
+from pytest_kimi.workload.sharedclock import SharedClock
 
 PROMPT = " ".join(["bago"] * 64)
 SCALE = 1000.0  # a wall millisecond is a cluster second

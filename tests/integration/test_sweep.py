@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_kimi.options import DEFAULT_CLUSTER
+from pytest_kimi.config.options import DEFAULT_CLUSTER
 
 pytest_plugins = ["pytester"]
 

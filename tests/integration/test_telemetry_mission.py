@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.telemetry import ATTACHED_NOTE
-from pytest_kimi.telemetry_stats import read_telemetry
+from pytest_kimi.deploy.telemetry import ATTACHED_NOTE
+from pytest_kimi.results.telemetry_stats import read_telemetry
 
 pytest_plugins = ["pytester"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kimi.slo import evaluate
+from pytest_kimi.results.slo import evaluate
 
 # Failures are one readable line (what was measured, the limit, where to look), never a repr.
 

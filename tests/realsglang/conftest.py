@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pytest_kimi.config.versions import ROUTER_PACKAGES, RouterPackage
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.testing.peer import offline_env
 from pytest_kimi.testing.processes import Proc
@@ -31,7 +32,6 @@ from pytest_kimi.testing.realsglang import (
     router_python,
     stop_servers,
 )
-from pytest_kimi.versions import ROUTER_PACKAGES, RouterPackage
 
 
 @pytest.fixture(scope="session", params=VERSIONS)
@@ -74,8 +74,8 @@ class RealDeployment:
 def _router_argv(
     router: RouterUnderTest, workers: list[str], port: int, metrics_port: int
 ) -> list[str]:
-    from pytest_kimi.deploy.plan import flags
-    from pytest_kimi.versions import router_args
+    from pytest_kimi.config.serverargs import flags
+    from pytest_kimi.config.versions import router_args
 
     return [
         str(router.python), "-m", router.package.module, "--worker-urls", *workers,

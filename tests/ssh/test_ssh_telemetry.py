@@ -11,7 +11,7 @@ import json
 import yaml
 from test_ssh_deploy import _assert_no_processes, _cluster_yaml, _run_in_hub
 
-from pytest_kimi.telemetry_stats import read_telemetry
+from pytest_kimi.results.telemetry_stats import read_telemetry
 
 
 def test_telemetry_sampled_on_every_node(ssh_hosts, tmp_path):

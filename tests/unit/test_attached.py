@@ -1,5 +1,5 @@
 """What is behind ``--kimi-endpoint`` (pytest_kimi/deploy/attached.py) and how the manifest
-describes it (pytest_kimi/manifest.py ``attached_layout``), against a small loopback server
+describes it (pytest_kimi/run/manifest.py ``attached_layout``), against a small loopback server
 that answers as a router and its workers do."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 from pytest_kimi.deploy.attached import Attached, Worker, discover, redacted
-from pytest_kimi.manifest import attached_layout
+from pytest_kimi.run.manifest import attached_layout
 
 SECRETS = {"api_key": "sk-live-1", "admin_api_key": "adm-2", "ssl_keyfile_password": "pw-3",
            "watermark_key": "wm-4"}  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_kimi.baseline import BaselineError, judge, load, parse_thresholds, save, snapshot
+from pytest_kimi.judge.baseline import BaselineError, judge, load, parse_thresholds, save, snapshot
 
 
 def _entry(tpot_ms: np.ndarray, output_tps: float) -> dict:

@@ -6,11 +6,12 @@ import math
 
 import pytest
 
-from pytest_kimi import baseline, catalogue
-from pytest_kimi.metrics import summarize
+from pytest_kimi.judge import baseline
 from pytest_kimi.report.comparison import ROWS
-from pytest_kimi.slo import SloError, parse_slo
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results import catalogue
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.slo import SloError, parse_slo
 
 
 def _records(n: int = 8) -> list[RequestRecord]:
@@ -107,7 +108,7 @@ def _reasoning_records(reasoning: int) -> list[RequestRecord]:
 
 def test_comparison_shows_reasoning_rows_only_when_a_layout_reasoned() -> None:
     from pytest_kimi.report.comparison import build_comparison
-    from pytest_kimi.result import LayoutResult
+    from pytest_kimi.results.layout import LayoutResult
 
     def model(reasoning: int) -> list[str]:
         results = [

@@ -27,9 +27,9 @@ from pytest_kimi.deploy.clientnode import (
     shifted,
 )
 from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.workload.client import ClientOptions, RequestSpec
 from pytest_kimi.workload.onnode import EventWriter, read_spec, spec_json
-from pytest_kimi.workload.records import Chunk, RequestRecord
 
 ON_NODE = BASE + "network:\n  client: on_node\n  client_node: n3\n"
 NODE = Node(name="n3", host="10.0.0.3", gpus=8)
@@ -173,8 +173,8 @@ def test_the_spec_file_carries_requests_and_options_both_ways(tmp_path: Path) ->
 
 def test_the_shipped_zip_holds_the_client_and_its_imports() -> None:
     names = set(zipfile.ZipFile(BytesIO(package_zip())).namelist())
-    for module in ("__init__", "workload/onnode", "workload/client", "workload/records",
-                   "workload/transport", "workload/abort", "files"):  # fmt: skip
+    for module in ("__init__", "workload/onnode", "workload/client", "results/records",
+                   "workload/transport", "workload/abort", "results/files"):  # fmt: skip
         assert f"pytest_kimi/{module}.py" in names
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
 

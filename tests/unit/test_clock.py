@@ -1,5 +1,5 @@
-"""The shared cluster clock (pytest_kimi/mock/clock.py), driven by a fake wall clock: every
-reading is computed, never waited for."""
+"""The shared cluster clock (pytest_kimi/workload/sharedclock.py), driven by a fake wall clock:
+every reading is computed, never waited for."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from pytest_kimi.mock import clock as clock_mod
-from pytest_kimi.mock.clock import INF, SharedClock
+from pytest_kimi.workload import sharedclock as clock_mod
+from pytest_kimi.workload.sharedclock import INF, SharedClock
 
 
 class Wall:
@@ -141,7 +141,7 @@ def test_a_bound_whose_process_died_is_dropped(tmp_path, monkeypatch):
     path = tmp_path / "clock"
     clock = SharedClock.create(path, 40)
     code = (
-        "import time\nfrom pytest_kimi.mock.clock import SharedClock\n"
+        "import time\nfrom pytest_kimi.workload.sharedclock import SharedClock\n"
         f"c = SharedClock({str(path)!r}); c.join(); c.bound(0.0)\n"
         "print('bound', flush=True)\ntime.sleep(60)\n"
     )

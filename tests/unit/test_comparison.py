@@ -17,7 +17,6 @@ import json
 
 import pytest
 
-from pytest_kimi.metrics import Summary, summarize
 from pytest_kimi.report.comparison import (
     ROWS,
     LayoutResult,
@@ -27,8 +26,9 @@ from pytest_kimi.report.comparison import (
     render_markdown,
     render_text,
 )
-from pytest_kimi.slo import Verdict, evaluate, parse_slo
-from pytest_kimi.workload.records import RequestRecord
+from pytest_kimi.results.metrics import Summary, summarize
+from pytest_kimi.results.records import RequestRecord
+from pytest_kimi.results.slo import Verdict, evaluate, parse_slo
 
 
 def make_summary(first: float, end: float) -> Summary:

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import LayoutResult, build_comparison, render_markdown
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
 
 
 def _records(ttft_s: np.ndarray, tpot_s: float, n_out: int = 8) -> list[RequestRecord]:

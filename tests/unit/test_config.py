@@ -32,7 +32,7 @@ from clusterfile import (
 )
 
 from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
-from pytest_kimi.yamlfile import Located, read_yaml
+from pytest_kimi.config.yamlfile import Located, read_yaml
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 

@@ -11,6 +11,7 @@ from test_plan import write_cluster
 
 from pytest_kimi.config import ConfigError, ContainerConfig, load_cluster
 from pytest_kimi.deploy import container
+from pytest_kimi.deploy.listing import describe
 from pytest_kimi.deploy.plan import plan_deployment
 
 PORTS = "  model_path: /m\n  port: 30001\n  dist_init_port: 5000\n"
@@ -33,7 +34,7 @@ def test_env_from_local_is_read_from_the_environment_given_and_redacted(tmp_path
     # besides SGLANG_HOST_IP, which every rank of a replica over two nodes gets
     assert spec.launch_env == {"SGLANG_HOST_IP": spec.addr or spec.node.host, "A": "1",
                                "MY_KEY": "s3cr3t"}  # fmt: skip
-    assert "s3cr3t" not in plan.describe() and "MY_KEY='***'" in plan.describe()
+    assert "s3cr3t" not in describe(plan) and "MY_KEY='***'" in describe(plan)
     assert "s3cr3t" not in repr(spec) and "s3cr3t" not in repr(cfg)
 
 
@@ -72,7 +73,7 @@ def test_plan_carries_setup_and_container(tmp_path: Path):
     assert plan.servers[0].setup == ("conda activate x",)
     assert plan.servers[0].container == ContainerConfig("podman", "exec", "sgl")
     assert plan.router.container is None
-    assert "#   setup: conda activate x" in plan.describe()
+    assert "#   setup: conda activate x" in describe(plan)
 
 
 def test_exec_in_passes_names_only_and_quotes_the_command():

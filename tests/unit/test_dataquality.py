@@ -7,7 +7,7 @@ from pathlib import Path
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 from pytest_kimi.mock.faults import LOG_LINES
 from pytest_kimi.report.dataquality import notes, replica_split, scan_logs, scan_text
-from pytest_kimi.report.replicacounters import ReplicaCounters
+from pytest_kimi.results.replicacounters import ReplicaCounters
 
 
 def test_each_mock_fault_line_is_found_by_its_kind():

@@ -9,10 +9,10 @@ import pyarrow  # noqa: F401  (a dependency: its absence must fail, not skip)
 import pytest
 
 from pytest_kimi.config import ConfigError, load_cluster
-from pytest_kimi.inputs import UsageProblem, load_inputs, tokenizer_dir
-from pytest_kimi.manifest import manifest
+from pytest_kimi.config.inputs import UsageProblem, load_inputs, tokenizer_dir
+from pytest_kimi.config.options import Options
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
-from pytest_kimi.options import Options
+from pytest_kimi.run.manifest import manifest
 from pytest_kimi.testing.speedbench_snapshot import speedbench_row, write_snapshot
 
 CLUSTER = """\

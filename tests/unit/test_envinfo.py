@@ -130,7 +130,7 @@ def test_a_failed_version_probe_says_why_and_never_raises():
 def test_the_package_pins_the_newest_router_read_within_the_supported_range():
     from packaging.version import Version
 
-    from pytest_kimi.versions import SMG
+    from pytest_kimi.config.versions import SMG
 
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
     newest = Version(SMG.newest)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.history import History, HistoryError, RunRecord
-from pytest_kimi.history.__main__ import main
-from pytest_kimi.history.store import ResultRecord
+from pytest_kimi.judge.history import History, HistoryError, RunRecord
+from pytest_kimi.judge.history.__main__ import main
+from pytest_kimi.judge.history.store import ResultRecord
 
 
 def run(n: int, *, complete: bool = True, commit: str = "") -> RunRecord:
@@ -168,7 +168,7 @@ def test_the_command_line_names_what_is_not_there(
 def test_a_history_that_cannot_be_written_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_kimi.run import Run
+    from pytest_kimi.run.session import Run
 
     said: list[str] = []
     folder = tmp_path / "a-folder"

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_kimi.history import History, RunRecord
-from pytest_kimi.history.__main__ import main
-from pytest_kimi.history.changes import K_NOISE, change_points, noise
-from pytest_kimi.history.gate import SeriesJudgement, Tonight, judge_series
-from pytest_kimi.history.store import ResultRecord, SeriesEntry, SeriesKey
-from pytest_kimi.history.trend import THROUGHPUT_FLOOR, Trend, limit_of
+from pytest_kimi.judge.history import History, RunRecord
+from pytest_kimi.judge.history.__main__ import main
+from pytest_kimi.judge.history.changes import K_NOISE, change_points, noise
+from pytest_kimi.judge.history.gate import SeriesJudgement, Tonight, judge_series
+from pytest_kimi.judge.history.store import ResultRecord, SeriesEntry, SeriesKey
+from pytest_kimi.judge.history.trend import THROUGHPUT_FLOOR, Trend, limit_of
 
 TPOT_THRESHOLD = 0.05
 
@@ -210,7 +210,7 @@ def test_the_command_line_lists_every_change_point(
 
 
 def test_the_reports_trend_marks_the_change_and_the_noise_band(tmp_path: Path) -> None:
-    from pytest_kimi.history.trend import report_trends
+    from pytest_kimi.judge.history.trend import report_trends
     from pytest_kimi.report.html import svg
     from pytest_kimi.report.trendplot import trend_caption, trend_figure
 
@@ -243,8 +243,8 @@ def test_the_reports_trend_marks_the_change_and_the_noise_band(tmp_path: Path) -
 def test_the_gate_options_are_checked_before_anything_starts(
     tmp_path: Path, given: dict, problem: str
 ) -> None:
-    from pytest_kimi.inputs import UsageProblem, load_inputs
-    from pytest_kimi.options import DEFAULT_CLUSTER, Options
+    from pytest_kimi.config.inputs import UsageProblem, load_inputs
+    from pytest_kimi.config.options import DEFAULT_CLUSTER, Options
 
     if "baseline" in given:
         (tmp_path / "b.json").write_text('{"format": 1, "layouts": {}}')
@@ -255,8 +255,8 @@ def test_the_gate_options_are_checked_before_anything_starts(
 
 
 def test_a_history_gate_reads_its_history_from_the_cluster_file_too(tmp_path: Path) -> None:
-    from pytest_kimi.inputs import load_inputs
-    from pytest_kimi.options import DEFAULT_CLUSTER, Options
+    from pytest_kimi.config.inputs import load_inputs
+    from pytest_kimi.config.options import DEFAULT_CLUSTER, Options
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(DEFAULT_CLUSTER.read_text() + "\nhistory: nightly.sqlite\n")

@@ -117,13 +117,13 @@ def test_a_flag_the_plan_sets_is_refused_in_server_args_too(tmp_path):
 
 
 def _options(cluster: Path, parallel: bool):
-    from pytest_kimi.options import Options
+    from pytest_kimi.config.options import Options
 
     return Options(cluster, ("tp32", "pp8"), Path("out"), parallel=parallel)
 
 
 def test_parallel_layouts_on_one_real_node_are_a_usage_error_naming_it():
-    from pytest_kimi.inputs import UsageProblem, load_inputs
+    from pytest_kimi.config.inputs import UsageProblem, load_inputs
 
     pro6000 = Path(__file__).resolve().parents[2] / "clusters" / "pro6000.yaml"
     load_inputs(_options(pro6000, parallel=False), dry_run=True)  # one after the other: fine
@@ -134,7 +134,7 @@ def test_parallel_layouts_on_one_real_node_are_a_usage_error_naming_it():
 def test_parallel_layouts_with_their_own_nodes_and_routers_are_fine(tmp_path):
     import yaml
 
-    from pytest_kimi.inputs import load_inputs
+    from pytest_kimi.config.inputs import load_inputs
 
     pro6000 = Path(__file__).resolve().parents[2] / "clusters" / "pro6000.yaml"
     data = yaml.safe_load(pro6000.read_text())
@@ -151,9 +151,9 @@ def test_parallel_layouts_with_their_own_nodes_and_routers_are_fine(tmp_path):
 
 
 def test_the_manifest_says_what_a_layout_changes_and_what_it_runs_with():
-    from pytest_kimi.inputs import load_inputs
-    from pytest_kimi.manifest import manifest
-    from pytest_kimi.options import DEFAULT_CLUSTER, Options
+    from pytest_kimi.config.inputs import load_inputs
+    from pytest_kimi.config.options import DEFAULT_CLUSTER, Options
+    from pytest_kimi.run.manifest import manifest
 
     inputs = load_inputs(Options(DEFAULT_CLUSTER, ("tp32-cp4k",), Path("out")), dry_run=True)
     block = manifest(inputs, inputs.layouts[0], "run", None)["layout"]

@@ -8,17 +8,17 @@ from html.parser import HTMLParser
 
 import pytest
 
-from pytest_kimi import reporting
 from pytest_kimi.config import Layout
-from pytest_kimi.metrics import summarize
-from pytest_kimi.points import Point
+from pytest_kimi.config.points import Point
+from pytest_kimi.report import reporting
 from pytest_kimi.report.comparison import render_markdown
 from pytest_kimi.report.html import render_html
 from pytest_kimi.report.matrix import meets_every_slo
 from pytest_kimi.report.setup import NOT_SET, experiment_setup, split_flags
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.slo import evaluate, parse_slo
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.slo import evaluate, parse_slo
 
 
 def records(tpot_s: float, n: int = 8, tokens: int = 5) -> list[RequestRecord]:

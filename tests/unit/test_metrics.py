@@ -1,4 +1,4 @@
-"""Unit tests for pytest_kimi.metrics: hand-computed expectations plus properties."""
+"""Unit tests for pytest_kimi.results.metrics: hand-computed expectations plus properties."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_kimi.metrics import (
+from pytest_kimi.results.metrics import (
     DEFAULT_PERCENTILES,
     Distribution,
     distribution,
     goodput,
     summarize,
 )
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.records import Chunk, RequestRecord
 
 
 def rec(
@@ -645,7 +645,7 @@ def test_a_request_that_only_thought_has_ttft_but_no_ttfat() -> None:
 
 
 def test_per_request_samples_carry_ttfat() -> None:
-    from pytest_kimi.metrics import per_request_ms
+    from pytest_kimi.results.metrics import per_request_ms
 
     samples = per_request_ms([reasoning_record(0, 0.0, 3, 2)], time_scale=2.0)
     assert samples["ttft"] == [pytest.approx(1000)]
@@ -653,7 +653,7 @@ def test_per_request_samples_carry_ttfat() -> None:
 
 
 def test_summary_json_of_an_older_run_reads_without_the_reasoning_keys() -> None:
-    from pytest_kimi.summary import Summary
+    from pytest_kimi.results.summary import Summary
 
     new = summarize(base_records(), percentiles=(50, 95)).to_dict()
     old = {k: v for k, v in new.items() if "ttfat" not in k and "reasoning" not in k}
@@ -667,7 +667,7 @@ def test_summary_json_of_an_older_run_reads_without_the_reasoning_keys() -> None
 
 
 def test_summary_with_reasoning_round_trips_exactly() -> None:
-    from pytest_kimi.summary import Summary
+    from pytest_kimi.results.summary import Summary
 
     records = [reasoning_record(0, 0.0, 3, 2), reasoning_record(1, 1.0, 0, 4)]
     s = summarize(records, goodput_limits_ms={"ttft": 600.0})  # no NaN: equality is exact
@@ -742,7 +742,7 @@ def test_without_counts_the_servers_gauge_gives_the_accept_length() -> None:
 
 
 def test_every_metric_is_split_by_category() -> None:
-    from pytest_kimi.summary import Summary
+    from pytest_kimi.results.summary import Summary
 
     records = [_spec_record(0, 300, 100, "low_entropy"), _spec_record(1, 100, 50, "high_entropy"),
                _spec_record(2, 120, 60, "high_entropy")]  # fmt: skip

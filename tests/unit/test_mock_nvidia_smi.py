@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from pytest_kimi.config import load_cluster
+from pytest_kimi.config.options import DEFAULT_CLUSTER
 from pytest_kimi.deploy.gpus import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -20,7 +21,6 @@ from pytest_kimi.mock import gpustate, nvidia_smi
 from pytest_kimi.mock.gpuload import BusyWindow, kv_mib, weights_mib
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.scheduler import ReplicaSim
-from pytest_kimi.options import DEFAULT_CLUSTER
 
 
 def _smi(state_dir, *args: str) -> str:

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_kimi.config import load_cluster
+from pytest_kimi.config.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.mock.args import parse_args, unrecognized
 from pytest_kimi.mock.wire import DEFAULT_VERSION, VERSIONS, recording, wire_file
@@ -20,7 +21,6 @@ from pytest_kimi.mock.wire.info import server_info
 from pytest_kimi.mock.wire.meta import Progress, Times, meta_info
 from pytest_kimi.mock.wire.metrics import MetricStore
 from pytest_kimi.testing.wireshape import differences, merged_away, pattern
-from pytest_kimi.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 FILL = {"model_name": "m", "pid": "1", "engine_type": "unified", "num_pages": "8",

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_kimi.config import ClusterConfig, NetworkConfig, Node, load_cluster
 from pytest_kimi.deploy import network
+from pytest_kimi.deploy.listing import describe
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.report.routermetrics import notes
 from pytest_kimi.testing.processes import pytest_argv
@@ -66,7 +67,7 @@ def test_resolved_addresses_fill_nodes_without_addr(pro6000: ClusterConfig) -> N
     cluster = _no_addr(pro6000)
     unresolved = plan_deployment(cluster, cluster.layout("tp32"))
     assert "--host node602" in unresolved.servers[1].command_line()
-    assert "no addr set, resolved on the node at bring-up" in unresolved.describe()
+    assert "no addr set, resolved on the node at bring-up" in describe(unresolved)
     addrs = {f"node60{i}": f"192.168.7.{i}" for i in range(1, 9)}
     plan = plan_deployment(cluster, cluster.layout("tp32"), addrs=addrs)
     assert "--host 192.168.7.2" in plan.servers[1].command_line()

@@ -19,8 +19,8 @@ import pytest
 from clusterfile import BASE, edit, load_error, write
 
 from pytest_kimi.config import PDSide, load_cluster
+from pytest_kimi.config.versions import assumed
 from pytest_kimi.deploy.plan import plan_deployment
-from pytest_kimi.versions import assumed
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
 
@@ -203,7 +203,7 @@ def test_the_local_cluster_plays_the_seeds_pd_layout_on_the_mock() -> None:
 
 
 def test_the_manifest_records_each_side_as_deployed() -> None:
-    from pytest_kimi.manifest import disaggregation
+    from pytest_kimi.run.manifest import disaggregation
 
     cluster = load_cluster(CLUSTERS / "pro6000.yaml")
     assert disaggregation(cluster, cluster.layout("tp32")) == {}
@@ -246,9 +246,9 @@ def test_a_local_cluster_draws_the_bootstrap_port_like_any_auto_port(tmp_path: P
 
 
 def test_counters_of_both_sides_are_named_by_side_and_not_counted_twice() -> None:
-    from pytest_kimi.measure import replica_endpoints
     from pytest_kimi.report.dataquality import notes
-    from pytest_kimi.report.replicacounters import ReplicaCounters
+    from pytest_kimi.results.replicacounters import ReplicaCounters
+    from pytest_kimi.run.measure import replica_endpoints
 
     cluster = load_cluster(CLUSTERS / "pro6000.yaml")
     plan = plan_deployment(cluster, cluster.layout("pd-pp8-tp32"), ports=iter(()))
@@ -265,8 +265,8 @@ def test_counters_of_both_sides_are_named_by_side_and_not_counted_twice() -> Non
 
 
 def test_the_reports_setup_names_each_side() -> None:
-    from pytest_kimi.manifest import disaggregation
     from pytest_kimi.report.setup import _parallel
+    from pytest_kimi.run.manifest import disaggregation
 
     cluster = load_cluster(CLUSTERS / "pro6000.yaml")
     layout = cluster.layout("pd-pp8-tp32")
@@ -327,7 +327,7 @@ def test_the_warm_up_tells_each_side_that_no_kv_moves() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from types import SimpleNamespace
 
-    from pytest_kimi.bringup import FAKE_BOOTSTRAP_HOST, warm_replicas
+    from pytest_kimi.run.bringup import FAKE_BOOTSTRAP_HOST, warm_replicas
 
     bodies: list[tuple[int, dict]] = []
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import ClusterConfig, load_cluster
+from pytest_kimi.deploy.listing import describe
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec, plan_deployment
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
 
@@ -185,7 +186,7 @@ def test_ports_are_distinct(plan: DeploymentPlan) -> None:
 
 
 def test_describe(plan: DeploymentPlan) -> None:
-    text = plan.describe()
+    text = describe(plan)
     lines = text.splitlines()
     assert lines[0] == "# layout tp32 (TP32/PP1/EP4) on local"
     assert lines[1] == ("# command lines for SGLang 0.5.23 (the newest profile); router smg "

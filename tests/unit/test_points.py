@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_kimi.config import WorkloadConfig
-from pytest_kimi.points import Point, PointError, parse_values, part, points
+from pytest_kimi.config.points import Point, PointError, parse_values, part, points
 
 WORKLOAD = WorkloadConfig(
     dataset="d.jsonl", num_requests=40, input_len=16384, output_len=512, concurrency=8,

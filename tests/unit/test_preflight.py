@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from pytest_kimi.config import Node, load_cluster
+from pytest_kimi.config.options import DEFAULT_CLUSTER
 from pytest_kimi.deploy import preflight
 from pytest_kimi.deploy.preflight import MARK, PreflightError
-from pytest_kimi.options import DEFAULT_CLUSTER
 
 
 def _gpus(n: int, used: dict[int, int] | None = None) -> str:
@@ -155,8 +155,8 @@ def test_the_cluster_file_sets_threshold_and_command(tmp_path):
 def test_bring_up_checks_server_nodes_and_records_them_for_the_manifest():
     from types import SimpleNamespace
 
-    from pytest_kimi.bringup import gpu_preflight
     from pytest_kimi.deploy.plan import plan_deployment
+    from pytest_kimi.run.bringup import gpu_preflight
 
     cluster = _cluster()
     plan = plan_deployment(cluster, cluster.layouts["tp32"], ports=iter(range(40000, 40100)))

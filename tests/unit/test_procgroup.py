@@ -1,4 +1,4 @@
-"""pytest_kimi.procgroup with real child processes: groups are stopped whole, TERM-ignoring
+"""pytest_kimi.deploy.procgroup with real child processes: groups are stopped whole, TERM-ignoring
 members are KILLed after the grace period, and the signal context managers do what they say."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.procgroup import (
+from pytest_kimi.deploy.procgroup import (
     Interrupts,
     Lifeline,
     group_alive,
@@ -220,7 +220,7 @@ def test_a_signal_inside_raised_unwinds_where_it_lands():
 HARNESS = (
     "import sys, time\n"
     "from pathlib import Path\n"
-    "from pytest_kimi.procgroup import Lifeline\n"
+    "from pytest_kimi.deploy.procgroup import Lifeline\n"
     "line = Lifeline()\n"
     "child = {tree!r}\n"
     "popen = line.start([sys.executable, '-c', child], Path(sys.argv[1]))\n"

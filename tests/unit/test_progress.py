@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from pytest_kimi.progress.events import (
+from pytest_kimi.results.events import (
     BringUpDone,
     LayoutDone,
     MeasureStarted,
@@ -15,10 +15,10 @@ from pytest_kimi.progress.events import (
     RequestFinished,
     RequestStarted,
 )
-from pytest_kimi.progress.live import LiveProgress
-from pytest_kimi.progress.model import ProgressModel
-from pytest_kimi.progress.plain import PlainProgress
-from pytest_kimi.progress.terminal import choose, terminal_width
+from pytest_kimi.run.progress.live import LiveProgress
+from pytest_kimi.run.progress.model import ProgressModel
+from pytest_kimi.run.progress.plain import PlainProgress
+from pytest_kimi.run.progress.terminal import choose, terminal_width
 
 
 def bringup(layout: str = "wide") -> list:
@@ -231,7 +231,7 @@ def test_terminal_width(monkeypatch):
 def test_bringup_turns_deployment_states_into_events():
     from types import SimpleNamespace
 
-    from pytest_kimi.bringup import node_events
+    from pytest_kimi.run.bringup import node_events
 
     seen: list = []
     sink = SimpleNamespace(emit=seen.append, close=lambda: None)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_kimi.report.replicacounters import (
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.replicacounters import (
     ReplicaCounters,
     Snapshot,
     deltas,
     router_worker_totals,
     server_totals,
 )
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.store import RunFolder, load_layout
+from pytest_kimi.results.store import RunFolder, load_layout
 
 # As prometheus_client renders SGLang 0.5.9's TokenizerMetricsCollector: counters keep their
 # ``_total`` name, carry ``model_name`` (plus custom labels: two label sets here), and have
@@ -111,7 +111,7 @@ def test_replica_counters_survive_summary_json(tmp_path: Path):
 
 
 def test_the_accept_length_gauge_is_the_mean_of_the_replicas_that_speculate():
-    from pytest_kimi.report.replicacounters import Snapshot, server_accept_length, server_totals
+    from pytest_kimi.results.replicacounters import Snapshot, server_accept_length, server_totals
 
     def text(*values: float) -> str:
         lines = ["# TYPE sglang:spec_accept_length gauge"]

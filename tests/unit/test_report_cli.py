@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.__main__ import main
-from pytest_kimi.store import write_json
-from pytest_kimi.workload.records import Chunk, RequestRecord, write_records
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord, write_records
+from pytest_kimi.results.store import write_json
 
 
 def _save(folder: Path, name: str, tpot_s: float) -> None:

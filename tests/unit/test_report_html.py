@@ -6,11 +6,11 @@ from html.parser import HTMLParser
 
 import numpy as np
 
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import LayoutResult, build_comparison
 from pytest_kimi.report.html import PLOT_IDS, UNATTRIBUTED, render_html, timeline_rows
-from pytest_kimi.report.replicacounters import ReplicaCounters
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.replicacounters import ReplicaCounters
 
 
 def _records(shift: float, replicas=("r0", "r1")) -> list[RequestRecord]:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.store import (
+from pytest_kimi.results.records import (
+    Chunk,
+    RecordJournal,
+    RequestRecord,
+    read_records,
+    write_records,
+)
+from pytest_kimi.results.store import (
     client_environment,
     make_run_dir,
     new_run_id,
@@ -18,13 +25,6 @@ from pytest_kimi.store import (
     write_text,
 )
 from pytest_kimi.workload.client import close_unfinished
-from pytest_kimi.workload.records import (
-    Chunk,
-    RecordJournal,
-    RequestRecord,
-    read_records,
-    write_records,
-)
 
 
 def listing(path: Path) -> list[str]:
@@ -248,7 +248,7 @@ def test_records_writer_failing_mid_way_keeps_the_old_file(tmp_path: Path) -> No
 KILLED_WRITER = """
 import sys, time
 from pathlib import Path
-from pytest_kimi.workload.records import RequestRecord, write_records
+from pytest_kimi.results.records import RequestRecord, write_records
 
 def records():
     for i in range(3):

@@ -13,11 +13,11 @@ from pytest_kimi.config import Node
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.runtails import ChangedLines, RunTails, last_line, log_lines, tailing
-from pytest_kimi.progress.events import LayoutDone, LogLine, MeasureStarted, NoProgress
-from pytest_kimi.progress.live import LiveProgress
-from pytest_kimi.progress.model import RECENT_LOG_LINES, ProgressModel
-from pytest_kimi.progress.plain import PlainProgress
-from pytest_kimi.result import LayoutResult
+from pytest_kimi.results.events import LayoutDone, LogLine, MeasureStarted, NoProgress
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.run.progress.live import LiveProgress
+from pytest_kimi.run.progress.model import RECENT_LOG_LINES, ProgressModel
+from pytest_kimi.run.progress.plain import PlainProgress
 
 
 def _handle(name: str, node: str, role: str = "server") -> Handle:

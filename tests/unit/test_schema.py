@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kimi.schema import DIALECT, cluster_schema, main
-from pytest_kimi.yamlfile import read_yaml
+from pytest_kimi.config.schema import DIALECT, cluster_schema, main
+from pytest_kimi.config.yamlfile import read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [
@@ -236,7 +236,7 @@ def test_main_prints_and_writes_the_same_schema(
 def test_runs_as_module(tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     subprocess.run(
-        [sys.executable, "-m", "pytest_kimi.schema", "--out", str(out)],
+        [sys.executable, "-m", "pytest_kimi.config.schema", "--out", str(out)],
         check=True,
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

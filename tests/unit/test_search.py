@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kimi.search import NotMeasured, Search, find_max_concurrency
+from pytest_kimi.run.search import NotMeasured, Search, find_max_concurrency
 
 
 def judge_up_to(limit: int, tried: list[int] | None = None):

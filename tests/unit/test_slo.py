@@ -18,8 +18,9 @@ import math
 
 import pytest
 
-from pytest_kimi.metrics import Summary, summarize
-from pytest_kimi.slo import (
+from pytest_kimi.results.metrics import Summary, summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.slo import (
     Slo,
     SloError,
     Verdict,
@@ -30,7 +31,6 @@ from pytest_kimi.slo import (
     parse_assignment,
     parse_slo,
 )
-from pytest_kimi.workload.records import Chunk, RequestRecord
 
 
 def records() -> list[RequestRecord]:

@@ -11,6 +11,7 @@ import yaml
 
 from pytest_kimi.config import ConfigError, load_cluster
 from pytest_kimi.config.cluster import SUBMIT_HOST
+from pytest_kimi.deploy.listing import describe
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.deploy.slurm import SlurmExecutor, salloc_argv, srun_argv
 
@@ -33,7 +34,7 @@ def _edited(tmp_path: Path, **changes) -> Path:
 
 def test_the_dry_run_shows_the_allocation_and_every_step():
     cluster = load_cluster(EXAMPLE)
-    text = plan_deployment(cluster, cluster.layout("tp32")).describe().splitlines()
+    text = describe(plan_deployment(cluster, cluster.layout("tp32"))).splitlines()
     assert text[3] == (
         "salloc '--comment=pytest-kimi:<host>:<pid>:<start>' --no-shell "
         "'--job-name=pytest-kimi/<run>/tp32' --nodes=8 "
@@ -70,7 +71,7 @@ def test_a_router_on_the_submit_host_runs_here_and_is_not_allocated(tmp_path):
     cluster = load_cluster(_edited(tmp_path, slurm={"router": "submit_host"}))
     plan = plan_deployment(cluster, cluster.layout("pp8"))
     assert plan.router.node.name == SUBMIT_HOST and plan.router.bind_addr == "127.0.0.1"
-    text = plan.describe().splitlines()
+    text = describe(plan).splitlines()
     assert "--nodelist=node601,node602,node603,node604,node605,node606,node607,node608 " in text[3]
     assert SUBMIT_HOST not in text[3]
     i = text.index("# router on here, the submit host (addr 127.0.0.1)")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import LayoutResult, build_comparison, render_markdown
 from pytest_kimi.report.html import render_html
-from pytest_kimi.report.pdstages import (
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.pdstages import (
     KV_SPEED,
     StageTimes,
     kv_gauges,
@@ -18,7 +18,7 @@ from pytest_kimi.report.pdstages import (
     transfers,
     ttft_tables,
 )
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.records import Chunk, RequestRecord
 
 
 def _record(i: int, category: str, tpot_s: float, verify: int | None) -> RequestRecord:
@@ -129,7 +129,7 @@ def test_the_transfer_runs_until_the_kv_landed_on_the_decode_side():
 def test_a_pd_layout_is_measured_against_its_sides_shapes():
     """The seed's proposal: TTFT p95 near PP8's (the prefill side's shape), TPOT near TP32's
     (the decode side's); the report says by how much."""
-    from pytest_kimi.report.pdstages import against_sides
+    from pytest_kimi.results.pdstages import against_sides
 
     def lay(name: str, label: str, ttft_p95: float, tpot: float) -> dict:
         return {"name": name, "label": label,

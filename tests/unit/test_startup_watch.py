@@ -143,7 +143,7 @@ def test_a_ctrl_c_swallowed_during_bring_up_stops_it_at_the_next_poll(plan, tmp_
     import contextlib
     import signal
 
-    from pytest_kimi.procgroup import Interrupts
+    from pytest_kimi.deploy.procgroup import Interrupts
 
     class Swallowing(FakeExecutor):
         calls = 0
@@ -166,7 +166,7 @@ def test_a_ctrl_c_swallowed_during_bring_up_stops_it_at_the_next_poll(plan, tmp_
 def test_a_ctrl_c_swallowed_before_bring_up_starts_nothing(plan, tmp_path):
     import signal
 
-    from pytest_kimi.procgroup import Interrupts
+    from pytest_kimi.deploy.procgroup import Interrupts
 
     class Counting(FakeExecutor):
         started = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_kimi.stats import bootstrap_delta, statistic
+from pytest_kimi.results.stats import bootstrap_delta, statistic
 
 
 def test_a_real_30_percent_shift_is_detected_and_bracketed():

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import build_comparison
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.slo import evaluate, parse_slo
-from pytest_kimi.store import RunFolder, SavedRunError, load_layout
-from pytest_kimi.summary import Summary
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.slo import evaluate, parse_slo
+from pytest_kimi.results.store import RunFolder, SavedRunError, load_layout
+from pytest_kimi.results.summary import Summary
 
 
 def _records(seed: int, n: int = 12) -> list[RequestRecord]:

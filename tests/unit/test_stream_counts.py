@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pytest_kimi.metrics import unplaced_token_notes
+from pytest_kimi.results.metrics import unplaced_token_notes
+from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.workload.client import _read_events, _StreamParser, payload
-from pytest_kimi.workload.records import Chunk, RequestRecord
 
 
 def _gen(text: str, done: int) -> dict:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import Node
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.telemetry import Sampler, sampling
-from pytest_kimi.telemetry_stats import (
+from pytest_kimi.deploy.telemetry import Sampler, sampling
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.records import RequestRecord
+from pytest_kimi.results.telemetry_stats import (
     GpuSample,
     TelemetrySeries,
     TelemetrySummary,
@@ -20,7 +21,6 @@ from pytest_kimi.telemetry_stats import (
     read_telemetry,
     summarize_telemetry,
 )
-from pytest_kimi.workload.records import RequestRecord
 
 NODES = [Node("a", "127.0.0.1", 2), Node("b", "127.0.0.1", 2)]
 

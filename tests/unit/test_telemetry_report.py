@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kimi import catalogue
 from pytest_kimi.config import ConfigError, load_cluster
-from pytest_kimi.metrics import summarize
 from pytest_kimi.report.comparison import build_comparison, render_markdown
 from pytest_kimi.report.html import render_html
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.store import RunFolder
-from pytest_kimi.telemetry_stats import GpuSample, TelemetrySeries, TelemetrySummary
-from pytest_kimi.workload.records import Chunk, RequestRecord
+from pytest_kimi.results import catalogue
+from pytest_kimi.results.layout import LayoutResult
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.results.records import Chunk, RequestRecord
+from pytest_kimi.results.store import RunFolder
+from pytest_kimi.results.telemetry_stats import GpuSample, TelemetrySeries, TelemetrySummary
 
 CLUSTERS = Path(__file__).parents[2] / "clusters"
 TELEMETRY = TelemetrySummary(62.5, 97.0, 2400.0, 3100.0, 48000.0, 1.5, rounds=9, gpus=16)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.testing.truth import PHASES, match, split
-from pytest_kimi.workload.records import Chunk, RequestRecord
 
 
 def _record(**times: float) -> RequestRecord:

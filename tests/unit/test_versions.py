@@ -1,4 +1,4 @@
-"""Version profiles (pytest_kimi.versions) and the probe that picks them at bring-up
+"""Version profiles (pytest_kimi.config.versions) and the probe that picks them at bring-up
 (pytest_kimi.deploy.versionprobe), without any network: the nodes answer from a table."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import ClusterConfig, load_cluster
-from pytest_kimi.deploy.plan import flags, plan_deployment
-from pytest_kimi.deploy.versionprobe import VersionMismatch, probe_versions
-from pytest_kimi.versions import (
+from pytest_kimi.config.serverargs import flags
+from pytest_kimi.config.versions import (
     SGLANG_ROUTER,
     SMG,
     SGLangProfile,
@@ -22,6 +21,8 @@ from pytest_kimi.versions import (
     sglang_profile,
     version_problem,
 )
+from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.deploy.versionprobe import VersionMismatch, probe_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 

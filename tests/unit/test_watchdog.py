@@ -12,8 +12,8 @@ import pytest
 from pytest_kimi.config import Node
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.result import LayoutResult
-from pytest_kimi.watchdog import Watchdog, abort_on_loss, watching
+from pytest_kimi.deploy.watchdog import Watchdog, abort_on_loss, watching
+from pytest_kimi.results.layout import LayoutResult
 from pytest_kimi.workload.abort import Abort, RunAborted
 
 

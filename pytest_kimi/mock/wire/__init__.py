@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pytest_kimi.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
+from pytest_kimi.config.versions import MOCK_SGLANG_VERSIONS, NEWEST_SGLANG
 
 VERSIONS: tuple[str, ...] = MOCK_SGLANG_VERSIONS
 DEFAULT_VERSION = NEWEST_SGLANG

@@ -1,0 +1,397 @@
+"""One cluster clock for the mock's processes and the benchmark client of a local run.
+
+Why: the mock plays cluster time at ``time_scale`` times wall time. Whatever the client, the
+router and HTTP spend in wall time between two model events is then multiplied into cluster
+time: 12 ms of client turnaround is half a second of a 1:40 cluster in which the freed slot
+sends nothing, enough to lock the two replicas into waves (docs/mock.md, "One clock").
+A real cluster's client reacts in a few real milliseconds.
+
+So time is shared and held. The clock runs at ``scale`` cluster seconds per wall second
+while nobody holds it, and never runs past the earliest *bound*:
+
+* each engine bounds the clock at its next event, so a late wake-up of a mock process never
+  moves a token in cluster time;
+* a message the model has sent but its receiver has not taken in yet *holds* the clock: the
+  engine holds it for a request's first and last token until the client has read them, and
+  the client holds it for a request it is about to send until an engine has taken it in.
+
+While held, every process sees the same frozen time, so the wall time spent on the wire and
+in the client is kept out of cluster time; it is counted (:attr:`Stats.held_wall_s`) and
+reported. A hold nobody releases (a request lost to a fault) is dropped after
+``HOLD_STALL_S`` of wall time without any change, and counted; a bound whose process died is
+dropped too. Holding is always safe for accuracy: a frozen clock only costs wall time.
+
+The state is one small file under a lock (``flock``): every process on the machine that
+opens the same path shares it. Without a path (a real cluster, an SSH mock) there is no
+shared clock, and the client uses wall time (:class:`WallClock` in
+:mod:`pytest_kimi.workload.clocks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import math
+import mmap
+import os
+import struct
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_kimi.workload.pids import pid_alive
+
+MAGIC = b"kimiclk4"
+# magic, seq, then the state: scale, anchor_wall, anchor_cluster, holds, changed_wall,
+# attached, stalls, held_wall, bound_wall, bound (the earliest slot's), held_since (wall, while
+# held), longest_hold (wall seconds), origin_wall (wall time at cluster time 0), taken (requests
+# engines took in while a client took part)
+_HEADER = struct.Struct("<8sq")
+_STATE = struct.Struct("<dddqdqqddddddq")
+SLOTS = 32  # per slot: pid, bound (cluster seconds; inf: none)
+_ALL_SLOTS = struct.Struct("<" + "qd" * SLOTS)
+_SLOTS_AT = _HEADER.size + _STATE.size
+SIZE = _SLOTS_AT + _ALL_SLOTS.size
+HOLD_STALL_S = 2.0  # wall seconds a hold may stand with nothing changing (a busy 2-core
+# machine has held one 0.4 s while a burst of 16K-token requests went out one by one)
+BOUND_STALL_S = 0.2  # wall seconds at a bound before its owner's life is checked
+INF = math.inf
+
+
+@dataclass
+class _State:
+    scale: float
+    anchor_wall: float
+    anchor_cluster: float
+    holds: int
+    changed_wall: float
+    attached: int
+    stalls: int
+    held_wall: float
+    bound_wall: float
+    bound: float  # the earliest slot's bound (kept with the state: readers skip the slots)
+    held_since: float  # wall time the current hold began (holds > 0)
+    longest_hold: float  # wall seconds of the longest single stretch held
+    origin_wall: float  # the monotonic wall clock when the clock was made (cluster time 0)
+    taken: int  # requests an engine took in (arrive) while a client took part
+    slots: list[tuple[int, float]]  # empty in a reader's copy
+
+    def cluster_at(self, wall: float) -> float:
+        """The clock's reading at ``wall``: frozen while held, else running up to the bound."""
+        if self.holds > 0:
+            return self.anchor_cluster
+        running = self.anchor_cluster + (wall - self.anchor_wall) * self.scale
+        return max(self.anchor_cluster, min(running, self.bound))
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What holding cost, for the run's notes: wall seconds the clock stood still."""
+
+    held_wall_s: float  # frozen by holds: client, router and HTTP kept out of cluster time
+    bound_wall_s: float  # waiting at an engine's bound: mock processes waking up late
+    stalls: int  # holds dropped (nobody released them) or bounds of dead processes
+    longest_hold_s: float  # the longest single stretch the clock stood held (wall)
+
+
+class SharedClock:
+    """A file-backed cluster clock; every method is safe across processes."""
+
+    in_order = True  # a client sends at one held instant in order: free, and repeatable
+
+    def __init__(self, path: str | Path, wall: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.wall = Path(path), wall
+        self._slot: int | None = None
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._closer = weakref.finalize(self, os.close, self._fd)  # exactly once
+        try:
+            self._map = mmap.mmap(self._fd, SIZE)
+        except (OSError, ValueError):
+            self._closer()
+            raise
+        if bytes(self._map[:8]) != MAGIC:
+            self.close()
+            raise ValueError(f"{self.path}: not a mock clock file")
+        first = self._peek()
+        self.scale, self.origin = first.scale, first.origin_wall
+        self._bound = INF  # this process's slot's bound, as last written
+
+    @classmethod
+    def create(
+        cls, path: str | Path, scale: float, wall: Callable[[], float] = time.monotonic
+    ) -> SharedClock:
+        """A new clock at cluster time 0, running (replaces a file left by an earlier run)."""
+        if not scale > 0:
+            raise ValueError(f"time scale must be > 0, got {scale!r}")
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+        now = wall()
+        state = _State(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now, 0,
+                       [(0, INF)] * SLOTS)  # fmt: skip
+        tmp.write_bytes(_HEADER.pack(MAGIC, 0) + _pack(state))
+        os.replace(tmp, target)
+        return cls(target, wall)
+
+    def close(self) -> None:
+        if self._slot is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self.leave()
+        with contextlib.suppress(ValueError, OSError):
+            self._map.close()
+        with contextlib.suppress(OSError):
+            self._closer()
+
+    # -- reading -------------------------------------------------------------------------
+    def cluster_now(self) -> float:
+        """Cluster seconds since the clock was created."""
+        state = self._peek()
+        wall = self.wall()
+        if self._stuck(state, wall):
+            return self._update(lambda s: None)
+        return state.cluster_at(wall)
+
+    def now(self) -> float:
+        """The clock in wall-equivalent seconds, what a client stamps: the monotonic wall
+        clock at cluster time 0 plus cluster seconds / scale. Differences times the time
+        scale are cluster time, as everywhere else, and readings stay near
+        ``time.perf_counter()`` (behind it by the time the clock stood still), so a display
+        that keeps wall time is near enough."""
+        return self.origin + self.cluster_now() / self.scale
+
+    def held(self) -> bool:
+        return self._peek().holds > 0
+
+    def taken(self) -> int:
+        """How many requests engines have taken in (:meth:`arrive`) while a client took part:
+        a client sending one request at a time knows its request arrived when this grows."""
+        return self._peek().taken
+
+    def attached(self) -> bool:
+        """Whether a client takes part (holds for tokens are only taken while one does)."""
+        return self._peek().attached > 0
+
+    def stats(self) -> Stats:
+        s = self._peek()
+        return Stats(s.held_wall, s.bound_wall, s.stalls, s.longest_hold)
+
+    # -- holding -------------------------------------------------------------------------
+    def hold(self, n: int = 1) -> None:
+        """Stop the clock until ``n`` matching :meth:`release` calls (from any process)."""
+        if n > 0:
+            self._update(lambda s: setattr(s, "holds", s.holds + n))
+
+    def release(self, n: int = 1) -> None:
+        """Undo ``n`` holds (never below none: a release with nothing held is a no-op)."""
+        if n > 0:
+            self._update(lambda s: setattr(s, "holds", max(0, s.holds - n)))
+
+    def hold_if_attached(self, n: int = 1) -> bool:
+        """An engine's hold for tokens a client will read: only while a client takes part."""
+        if n <= 0 or not self.attached():
+            return False
+        took = [False]
+
+        def change(s: _State) -> None:
+            if s.attached > 0 and n > 0:
+                s.holds += n
+                took[0] = True
+
+        self._update(change)
+        return took[0]
+
+    def release_if_attached(self, n: int = 1) -> None:
+        self._update(lambda s: setattr(s, "holds", max(0, s.holds - n)) if s.attached else None)
+
+    @contextlib.contextmanager
+    def attach(self) -> Iterator[SharedClock]:
+        """A client takes part for the block; what it leaves held is let go at the end."""
+        self._update(lambda s: setattr(s, "attached", s.attached + 1))
+        try:
+            yield self
+        finally:
+            self.leave()
+
+            def detach(s: _State) -> None:
+                s.attached = max(0, s.attached - 1)
+                if s.attached == 0:
+                    s.holds = 0
+
+            self._update(detach)
+
+    async def sleep_until(self, t: float) -> None:
+        """Until :meth:`now` reaches ``t``, with the clock bounded there meanwhile: an
+        open-loop client's next send happens at its cluster time however late this process
+        wakes. The bound stays until the next call (or :meth:`leave`): the caller holds the
+        clock for the request it sends first."""
+        if self._slot is None:
+            self.join()
+        target = (t - self.origin) * self.scale
+        self.bound(target)
+        while (now := self.cluster_now()) < target:
+            await asyncio.sleep(max((target - now) / self.scale, 0.0005))
+
+    def clear_bound(self) -> None:
+        """This process schedules nothing more: its bound no longer stops the clock."""
+        if self._slot is not None:
+            self.bound(INF)
+
+    # -- bounds (one slot per process with events of its own) ---------------------------
+    def join(self) -> None:
+        """Take a slot for this process's bound (a free one, or one whose process died)."""
+
+        def claim(s: _State) -> None:
+            for i, (pid, _) in enumerate(s.slots):
+                if pid == 0 or not pid_alive(pid):
+                    s.slots[i] = (os.getpid(), INF)
+                    self._slot, self._bound = i, INF
+                    return
+            raise RuntimeError(f"{self.path}: all {SLOTS} clock slots are taken")
+
+        self._update(claim)
+
+    def leave(self) -> None:
+        slot = self._slot
+        if slot is not None:
+            self._update(lambda s: s.slots.__setitem__(slot, (0, INF)))
+            self._slot = None
+
+    def bound(self, at: float) -> None:
+        """The clock may not pass cluster time ``at`` (inf: no bound) until moved again."""
+        slot = self._slot
+        if slot is None:
+            raise RuntimeError("bound() before join()")
+
+        if self._bound == at:
+            return  # this process's bound is already there: nothing to write
+        self._update(lambda s: s.slots.__setitem__(slot, (s.slots[slot][0], at)))
+        self._bound = at
+
+    def arrive(self, *, request: bool = True) -> float:
+        """A request reaches an engine: the reading now, with this engine's bound pulled
+        back to it (the model has not taken the request in yet) and, while a client takes
+        part, the hold that client took before sending let go. One step, so the clock cannot
+        move in between. ``request=False``: a notice between two mock processes (its
+        sender's hold let go the same way), not counted in :meth:`taken`."""
+        slot = self._slot
+        if slot is None:
+            raise RuntimeError("arrive() before join()")
+        seen = [0.0]
+
+        def change(s: _State) -> None:
+            now = s.anchor_cluster  # _update re-anchored at this instant
+            pid, old = s.slots[slot]
+            s.slots[slot] = (pid, min(old, now))
+            self._bound = min(old, now)
+            if s.attached:
+                s.holds = max(0, s.holds - 1)
+                s.taken += request
+            seen[0] = now
+
+        self._update(change)
+        return seen[0]
+
+    # -- internals ---------------------------------------------------------------------------
+    def _stuck(self, state: _State, wall: float) -> bool:
+        """A hold standing too long with nothing changing, or (perhaps: a reader's copy has
+        no slots; :meth:`_update` looks again with them) a bound whose owner is gone."""
+        idle = wall - state.changed_wall
+        if state.holds > 0:
+            return idle > HOLD_STALL_S
+        if idle <= BOUND_STALL_S or state.cluster_at(wall) < state.bound:
+            return False
+        return _dead_bounds(state) if state.slots else True
+
+    def _update(self, change: Callable[[_State], None]) -> float:
+        """Re-anchor at now under the old state, apply ``change``; return the reading."""
+        with self._locked(fcntl.LOCK_EX):
+            s = self._read_all()
+            wall = self.wall()
+            stuck = self._stuck(s, wall)
+            _account(s, wall)
+            s.anchor_cluster, s.anchor_wall = s.cluster_at(wall), wall
+            if stuck:
+                if s.holds > 0:
+                    s.longest_hold = max(s.longest_hold, wall - s.held_since)
+                _unstick(s)
+                s.changed_wall = wall  # the reading restarts from here
+            before = (s.holds, s.bound, s.attached)
+            change(s)
+            s.bound = min((b for pid, b in s.slots if pid), default=INF)
+            if (s.holds, s.bound, s.attached) != before:
+                s.changed_wall = wall
+            if before[0] == 0 and s.holds > 0:
+                s.held_since = wall
+            elif before[0] > 0 and s.holds == 0:
+                s.longest_hold = max(s.longest_hold, wall - s.held_since)
+            self._write(s)
+            return s.cluster_at(wall)
+
+    @contextlib.contextmanager
+    def _locked(self, how: int) -> Iterator[None]:
+        fcntl.flock(self._fd, how)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _peek(self) -> _State:
+        """The state without the slots, read without a lock: a sequence number that a writer
+        makes odd while it writes, read before and after (a seqlock), says the copy is whole."""
+        while True:
+            before = _HEADER.unpack_from(self._map, 0)[1]
+            values = _STATE.unpack_from(self._map, _HEADER.size)
+            if before % 2 == 0 and _HEADER.unpack_from(self._map, 0)[1] == before:
+                return _State(*values, slots=[])
+
+    def _read_all(self) -> _State:
+        """The whole state with the slots (the caller holds the lock)."""
+        values = _STATE.unpack_from(self._map, _HEADER.size)
+        flat = _ALL_SLOTS.unpack_from(self._map, _SLOTS_AT)
+        return _State(*values, slots=list(zip(flat[::2], flat[1::2], strict=True)))
+
+    def _write(self, s: _State) -> None:
+        """Under the lock: odd sequence number, the state, even again."""
+        seq = _HEADER.unpack_from(self._map, 0)[1]
+        _HEADER.pack_into(self._map, 0, MAGIC, seq + 1)
+        self._map[_HEADER.size :] = _pack(s)
+        _HEADER.pack_into(self._map, 0, MAGIC, seq + 2)
+
+
+def _pack(s: _State) -> bytes:
+    """The state and its slots, as they sit after the header."""
+    head = _STATE.pack(
+        s.scale, s.anchor_wall, s.anchor_cluster, s.holds, s.changed_wall,
+        s.attached, s.stalls, s.held_wall, s.bound_wall, s.bound, s.held_since, s.longest_hold,
+        s.origin_wall, s.taken,
+    )  # fmt: skip
+    return head + _ALL_SLOTS.pack(*(x for slot in s.slots for x in slot))
+
+
+def _account(s: _State, wall: float) -> None:
+    """Add the wall time since the anchor that the clock stood still, by cause."""
+    span = max(0.0, wall - s.anchor_wall)
+    if s.holds > 0:
+        s.held_wall += span
+        return
+    bound = s.bound
+    if bound < INF:
+        running = max(0.0, (bound - s.anchor_cluster) / s.scale)
+        s.bound_wall += max(0.0, span - running)
+
+
+def _unstick(s: _State) -> None:
+    if s.holds > 0:
+        s.holds = 0
+        s.stalls += 1
+    for i, (pid, _) in enumerate(s.slots):
+        if pid and not pid_alive(pid):
+            s.slots[i] = (0, INF)
+            s.stalls += 1
+
+
+def _dead_bounds(s: _State) -> bool:
+    return any(pid and b < INF and not pid_alive(pid) for pid, b in s.slots)
