@@ -9,24 +9,17 @@ JSON Schema, ``python -m pytest_kimi.config.schema``); callers read the frozen r
 
 from __future__ import annotations
 
-from pytest_kimi.config.cluster import (
-    ClusterConfig,
-    ContainerConfig,
-    Layout,
+from pytest_kimi.config.cluster import ClusterConfig
+from pytest_kimi.config.load import load_cluster
+from pytest_kimi.config.processes import ContainerConfig, MockConfig, RouterConfig, ServerConfig
+from pytest_kimi.config.runsettings import (
     LockConfig,
-    MockConfig,
     NetworkConfig,
-    Node,
-    PDSide,
     PreflightConfig,
-    Replica,
-    RouterConfig,
-    ServerConfig,
-    SSHConfig,
     WatchdogConfig,
     WorkloadConfig,
 )
-from pytest_kimi.config.load import load_cluster
+from pytest_kimi.config.topology import Layout, Node, PDSide, Replica, SSHConfig
 from pytest_kimi.config.yamlfile import ConfigError
 
 __all__ = [

@@ -18,28 +18,29 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_kimi.config import checks, models, variables
-from pytest_kimi.config.cluster import (
-    ClusterConfig,
-    ContainerConfig,
-    Layout,
+from pytest_kimi.config import (
+    checks,
+    layoutmodels,
+    models,
+    nodemodels,
+    processmodels,
+    variables,
+    workloadmodels,
+)
+from pytest_kimi.config.cluster import ClusterConfig
+from pytest_kimi.config.errors import config_error
+from pytest_kimi.config.points import SWEPT
+from pytest_kimi.config.processes import ContainerConfig, MockConfig, RouterConfig, ServerConfig
+from pytest_kimi.config.runsettings import (
     LockConfig,
     LogsConfig,
-    MockConfig,
     NetworkConfig,
-    Node,
-    PDSide,
     PreflightConfig,
-    RouterConfig,
-    ServerConfig,
-    SlurmConfig,
-    SSHConfig,
     TelemetryConfig,
     WatchdogConfig,
     WorkloadConfig,
 )
-from pytest_kimi.config.errors import config_error
-from pytest_kimi.config.points import SWEPT
+from pytest_kimi.config.topology import Layout, Node, PDSide, SlurmConfig, SSHConfig
 from pytest_kimi.config.yamlfile import Located, read_yaml
 
 
@@ -111,7 +112,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
     )
 
 
-def _slurm(raw: models.Slurm | None, startup_timeout_s: float) -> SlurmConfig:
+def _slurm(raw: nodemodels.Slurm | None, startup_timeout_s: float) -> SlurmConfig:
     if raw is None:
         return SlurmConfig(queue_timeout_s=startup_timeout_s)
     return SlurmConfig(
@@ -123,7 +124,7 @@ def _slurm(raw: models.Slurm | None, startup_timeout_s: float) -> SlurmConfig:
     )  # fmt: skip
 
 
-def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
+def _node(node: nodemodels.NodeModel, defaults: nodemodels.SSH) -> Node:
     """A node's SSH settings: the cluster's defaults, overridden by what the node sets."""
     own = node.ssh.model_dump(include=node.ssh.model_fields_set)
     ssh = SSHConfig(**{**defaults.model_dump(), **own})
@@ -132,7 +133,7 @@ def _node(node: models.NodeModel, defaults: models.SSH) -> Node:
     )
 
 
-def _layout(src: Located, name: str, layout: models.LayoutModel, executor: str) -> Layout:
+def _layout(src: Located, name: str, layout: layoutmodels.LayoutModel, executor: str) -> Layout:
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
     bootstrap_default = SGLANG_BOOTSTRAP_PORT if executor in ("ssh", "slurm") else "auto"
     sides = tuple(
@@ -171,7 +172,10 @@ def _port(value: int | str) -> int | None:
 
 
 def _secret_env(
-    src: Located, field: str, raw: models.Server | models.Router, environ: Mapping[str, str]
+    src: Located,
+    field: str,
+    raw: processmodels.Server | processmodels.Router,
+    environ: Mapping[str, str],
 ) -> dict[str, str]:
     """The values of ``env_from_local``, read here once: they go nowhere but the nodes."""
     out = {}
@@ -186,7 +190,7 @@ def _secret_env(
     return out
 
 
-def _container(raw: models.Container | None) -> ContainerConfig | None:
+def _container(raw: processmodels.Container | None) -> ContainerConfig | None:
     if raw is None:
         return None
     gpus = raw.gpus if isinstance(raw.gpus, str) else tuple(raw.gpus)
@@ -202,7 +206,7 @@ def _container(raw: models.Container | None) -> ContainerConfig | None:
     )
 
 
-def _server(server: models.Server, secret_env: dict[str, str]) -> ServerConfig:
+def _server(server: processmodels.Server, secret_env: dict[str, str]) -> ServerConfig:
     return ServerConfig(
         python=_python(server.python),
         module=server.module,
@@ -221,7 +225,7 @@ def _server(server: models.Server, secret_env: dict[str, str]) -> ServerConfig:
 
 
 def _router(
-    router: models.Router, nodes: tuple[Node, ...], secret_env: dict[str, str]
+    router: processmodels.Router, nodes: tuple[Node, ...], secret_env: dict[str, str]
 ) -> RouterConfig:
     return RouterConfig(
         python=_python(router.python),
@@ -243,7 +247,7 @@ def _router(
     )
 
 
-def _workload(src: Located, workload: models.Workload) -> WorkloadConfig:
+def _workload(src: Located, workload: workloadmodels.Workload) -> WorkloadConfig:
     """The workload; a setting given as a list is swept: its first value is the workload's, all
     of them are its ``sweeps`` (:mod:`pytest_kimi.config.points`)."""
     goodput = workload.goodput.model_dump(exclude_none=True)

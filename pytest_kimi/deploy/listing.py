@@ -9,7 +9,7 @@ import shlex
 
 from pytest_kimi.config.cluster import SUBMIT_HOST
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
-from pytest_kimi.deploy.slurm import job_name, owned, salloc_argv, srun_argv, step_script
+from pytest_kimi.deploy.slurmargv import job_name, owned, salloc_argv, srun_argv, step_script
 
 
 def describe(plan: DeploymentPlan) -> str:

@@ -185,7 +185,8 @@ class NodeLocks:
     def _end(self, slow: list[Held]) -> list[str]:
         """End the holders whose EOF is still on its way, each over a new connection (with
         teardown's patience for a node that is coming back)."""
-        from pytest_kimi.deploy.ssh import NodeError, SSHExecutor
+        from pytest_kimi.deploy.ssh import SSHExecutor
+        from pytest_kimi.deploy.sshconnections import NodeError
 
         ssh = SSHExecutor(self.lock_dir, "locks-end")
         ssh.begin_teardown()

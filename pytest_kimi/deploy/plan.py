@@ -10,10 +10,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node
+from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node, Replica
 from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
 from pytest_kimi.config.serverargs import flags, resolve_model_path
 from pytest_kimi.config.versions import SGLangProfile, Versions, assumed
@@ -237,74 +237,95 @@ def plan_deployment(
     Every server binds its node's address (``--host``), peers reach the replica head at its
     address (``--dist-init-addr``), and the router and the client use those addresses. Without
     ``addr`` or a resolved one (a dry run of an ssh cluster; a local cluster) it is ``host``."""
-    supply = iter(ports) if ports is not None else None
-    resolved = addrs or {}
-    versions = versions or cluster_versions(cluster)
+    planner = _Planner(cluster, layout, ports, book, gpu_scope, addrs, versions)
+    servers = planner.servers()
+    router = planner.router(servers)
+    return DeploymentPlan(cluster, layout, tuple(servers), router, mock_clock=planner.clock,
+                          versions=planner.versions)  # fmt: skip
 
-    def addr(node: Node) -> str:
-        return resolved.get(node.name) or node.addr or ""
 
-    def port(value: int | None, host: str) -> int:
+class _Planner:
+    """The steps of :func:`plan_deployment`, over its arguments. ``auto`` ports are drawn in
+    the order the processes are listed (replica by replica, then the router): tests that
+    pass ``ports`` rely on it."""
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        layout: Layout,
+        ports: Iterable[int] | None,
+        book: PortBook | None,
+        gpu_scope: str | None,
+        addrs: Mapping[str, str] | None,
+        versions: Versions | None,
+    ) -> None:
+        self.cluster, self.layout, self.book, self.gpu_scope = cluster, layout, book, gpu_scope
+        self.supply: Iterator[int] | None = iter(ports) if ports is not None else None
+        self.resolved: Mapping[str, str] = addrs or {}
+        self.versions = versions or cluster_versions(cluster)
+        self.socket_env = cluster.network.socket_env()
+        self.clock = mock_clock_path(cluster, gpu_scope)
+        self.model_path = resolve_model_path(cluster.server.model_path)
+
+    def addr(self, node: Node) -> str:
+        return self.resolved.get(node.name) or node.addr or ""
+
+    def port(self, value: int | None, host: str) -> int:
         if value is not None:
             return value
-        if supply is not None:
-            return next(supply)
-        return book.take(host) if book is not None else free_port(host)
+        if self.supply is not None:
+            return next(self.supply)
+        return self.book.take(host) if self.book is not None else free_port(host)
 
-    srv = cluster.server
-    socket_env = cluster.network.socket_env()
-    clock = mock_clock_path(cluster, gpu_scope)
-    model_path = resolve_model_path(srv.model_path)
-    servers: list[ProcessSpec] = []
-    per_role: dict[str, int] = {}  # prefill0, prefill1, decode0: numbered within their side
-    for replica in cluster.layout_replicas(layout):
-        number = per_role[replica.role] = per_role.get(replica.role, -1) + 1
+    def servers(self) -> list[ProcessSpec]:
+        """Every server of the layout, replica by replica, each replica's ranks in order."""
+        servers: list[ProcessSpec] = []
+        per_role: dict[str, int] = {}  # prefill0, prefill1, decode0: numbered within their side
+        for replica in self.cluster.layout_replicas(self.layout):
+            number = per_role[replica.role] = per_role.get(replica.role, -1) + 1
+            servers += self.replica_servers(replica, f"{replica.role or 'replica'}{number}")
+        return servers
+
+    def replica_servers(self, replica: Replica, name: str) -> list[ProcessSpec]:
+        """One server per node of the replica; rank 0 (the head) serves HTTP and runs the
+        distributed init (and, for a prefill replica, the KV bootstrap server)."""
+        cluster, layout, versions = self.cluster, self.layout, self.versions
+        srv = cluster.server
         nodes = replica.nodes
         head = nodes[0]
-        dist_port = port(srv.dist_init_port, head.host)
-        head_addr = addr(head) or head.host
+        dist_port = self.port(srv.dist_init_port, head.host)
+        head_addr = self.addr(head) or head.host
         bootstrap = None
         if replica.role == "prefill":
             assert replica.side is not None
-            bootstrap = port(replica.side.bootstrap_port, head.host)
+            bootstrap = self.port(replica.side.bootstrap_port, head.host)
+        servers: list[ProcessSpec] = []
         for rank, node in enumerate(nodes):
-            http_port = port(srv.port, node.host)
+            http_port = self.port(srv.port, node.host)
             argv = [
                 *srv.wrapper, srv.python, "-m", srv.module,
-                "--model-path", model_path,
+                "--model-path", self.model_path,
                 "--tp-size", str(replica.tp),
                 "--pp-size", str(replica.pp),
                 "--ep-size", str(replica.ep),
                 "--nnodes", str(len(nodes)),
                 "--node-rank", str(rank),
                 "--dist-init-addr", f"{_url_host(head_addr)}:{dist_port}",
-                "--host", addr(node) or node.host,
+                "--host", self.addr(node) or node.host,
                 "--port", str(http_port),
                 *_disaggregation_flags(layout, replica.role, bootstrap, versions.sglang),
                 *flags(cluster.server_args(layout, replica.side)),
+                *self.mock_flags(replica, rank, node),
             ]  # fmt: skip
-            if srv.module == MOCK_MODULE and cluster.mock is not None:
-                argv += [
-                    "--mock-time-scale", f"{cluster.mock.time_scale:g}",
-                    "--mock-seed", str(cluster.mock.seed + replica.index),
-                    "--mock-gpus-per-node", str(node.gpus),
-                ]  # fmt: skip
-                argv += _mock_gpu_flags(cluster, node, gpu_scope)
-                argv += ["--mock-sglang-version", versions.sglang.mock_wire]
-                if clock is not None and rank == 0:  # rank 0 runs the replica's model
-                    argv += ["--mock-clock", clock]
-                if cluster.mock.profile:  # inline: the node needs no file of ours
-                    profile = json.dumps(dict(cluster.mock.profile), separators=(",", ":"))
-                    argv += ["--mock-profile", profile]
             servers.append(
                 ProcessSpec(
-                    name=f"{replica.role or 'replica'}{number}-node{rank}-{node.name}",
-                    replica_name=f"{replica.role or 'replica'}{number}",
+                    name=f"{name}-node{rank}-{node.name}",
+                    replica_name=name,
                     node=node,
                     argv=tuple(argv),
                     env={
-                        **socket_env,
-                        **_host_ip_env(nodes, addr(node) or node.host),
+                        **self.socket_env,
+                        **_host_ip_env(nodes, self.addr(node) or node.host),
                         **cluster.server_env(layout, replica.side),
                         **node.env,
                     },
@@ -314,36 +335,58 @@ def plan_deployment(
                     secret_env=dict(srv.secret_env),
                     setup=srv.setup,
                     container=srv.container,
-                    addr=addr(node),
+                    addr=self.addr(node),
                     disaggregation=replica.role,
                     bootstrap_port=bootstrap if rank == 0 else None,
                 )
             )
-    rtr = cluster.router
-    router_node = cluster.router_node(layout)
-    router_port = port(rtr.port, router_node.host)
-    prometheus_port = port(rtr.prometheus_port, router_node.host)
-    router_addr = addr(router_node) or router_node.host
-    router_argv = [
-        *rtr.wrapper, rtr.python, "-m", rtr.module or versions.router.module,
-        *_router_workers(cluster, layout, [s for s in servers if s.rank == 0]),
-        "--host", router_addr,
-        "--port", str(router_port),
-        "--prometheus-host", router_addr,
-        "--prometheus-port", str(prometheus_port),
-        *flags(cluster.router_args(layout, versions.router, versions.router_version)),
-    ]  # fmt: skip
-    router = ProcessSpec(
-        name="router",
-        node=router_node,
-        argv=tuple(router_argv),
-        env=dict(rtr.env),
-        role="router",
-        port=router_port,
-        secret_env=dict(rtr.secret_env),
-        setup=rtr.setup,
-        container=rtr.container,
-        addr=addr(router_node),
-    )
-    return DeploymentPlan(cluster, layout, tuple(servers), router, mock_clock=clock,
-                          versions=versions)  # fmt: skip
+        return servers
+
+    def mock_flags(self, replica: Replica, rank: int, node: Node) -> list[str]:
+        """The embedded mock's own flags for one server (none on real SGLang)."""
+        mock = self.cluster.mock
+        if self.cluster.server.module != MOCK_MODULE or mock is None:
+            return []
+        argv = [
+            "--mock-time-scale", f"{mock.time_scale:g}",
+            "--mock-seed", str(mock.seed + replica.index),
+            "--mock-gpus-per-node", str(node.gpus),
+        ]  # fmt: skip
+        argv += _mock_gpu_flags(self.cluster, node, self.gpu_scope)
+        argv += ["--mock-sglang-version", self.versions.sglang.mock_wire]
+        if self.clock is not None and rank == 0:  # rank 0 runs the replica's model
+            argv += ["--mock-clock", self.clock]
+        if mock.profile:  # inline: the node needs no file of ours
+            profile = json.dumps(dict(mock.profile), separators=(",", ":"))
+            argv += ["--mock-profile", profile]
+        return argv
+
+    def router(self, servers: list[ProcessSpec]) -> ProcessSpec:
+        """The router on its node, in front of every replica head."""
+        cluster, layout, versions = self.cluster, self.layout, self.versions
+        rtr = cluster.router
+        router_node = cluster.router_node(layout)
+        router_port = self.port(rtr.port, router_node.host)
+        prometheus_port = self.port(rtr.prometheus_port, router_node.host)
+        router_addr = self.addr(router_node) or router_node.host
+        router_argv = [
+            *rtr.wrapper, rtr.python, "-m", rtr.module or versions.router.module,
+            *_router_workers(cluster, layout, [s for s in servers if s.rank == 0]),
+            "--host", router_addr,
+            "--port", str(router_port),
+            "--prometheus-host", router_addr,
+            "--prometheus-port", str(prometheus_port),
+            *flags(cluster.router_args(layout, versions.router, versions.router_version)),
+        ]  # fmt: skip
+        return ProcessSpec(
+            name="router",
+            node=router_node,
+            argv=tuple(router_argv),
+            env=dict(rtr.env),
+            role="router",
+            port=router_port,
+            secret_env=dict(rtr.secret_env),
+            setup=rtr.setup,
+            container=rtr.container,
+            addr=self.addr(router_node),
+        )

@@ -22,132 +22,32 @@ the allocation; the allocation's ``--time`` limit is the last resort.
 
 The router runs as a step on its node, or here (``slurm.router: submit_host``), outside the
 allocation, as a local process.
+
+This module runs the steps; the command lines are built in :mod:`pytest_kimi.deploy.slurmargv`,
+the allocation is got and given back by :mod:`pytest_kimi.deploy.slurmalloc`, and Slurm's client
+commands and the jobs of earlier runs are :mod:`pytest_kimi.deploy.slurmjobs`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shlex
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kimi.config import ClusterConfig, Node
-from pytest_kimi.config.cluster import SUBMIT_HOST, SlurmConfig
+from pytest_kimi.config.cluster import SUBMIT_HOST
 from pytest_kimi.deploy.executor import Handle, LocalExecutor, answer
 from pytest_kimi.deploy.logs import Cut
 from pytest_kimi.deploy.plan import ProcessSpec
 from pytest_kimi.deploy.procgroup import Lifeline, signal_group
+from pytest_kimi.deploy.slurmalloc import Allocation, Allocator
+from pytest_kimi.deploy.slurmargv import job_name, srun_argv, step_script
+from pytest_kimi.deploy.slurmjobs import COMMAND_TIMEOUT_S, SlurmError, job_env, slurm_command
 
-GRANTED = re.compile(r"Granted job allocation (\d+)")
-QUEUED = re.compile(r"Pending job allocation (\d+)")
-CANCEL_WAIT_S = 60.0  # after scancel: how long the job may take to leave the queue
-WITHDRAW_S = 5.0  # an interrupted salloc's time to withdraw its request
 STEPS_FRESH_S = 1.0  # how long one squeue of our steps serves signals
-COMMAND_TIMEOUT_S = 120.0
-
-
-def slurm_command(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess:
-    """A Slurm client command here (squeue, scancel, scontrol, sacct); never raises on its
-    exit code."""
-    return subprocess.run(argv, capture_output=True, text=True, env=dict(env),
-                          timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
-
-
-class SlurmError(RuntimeError):
-    """Slurm said no (an allocation not granted, a command that failed): the message says
-    which command and what Slurm answered."""
-
-
-def salloc_argv(config: SlurmConfig, job_name: str, nodes: Sequence[str]) -> list[str]:
-    """The allocation of exactly ``nodes`` (the layout's, in order), with the cluster's
-    flags. ``--immediate`` makes salloc give up, and cancel its request, after the queue
-    wait the cluster file allows."""
-    argv = ["salloc", "--no-shell", f"--job-name={job_name}", f"--nodes={len(nodes)}",
-            f"--nodelist={','.join(nodes)}", f"--time={config.time}",
-            f"--immediate={max(1, round(config.queue_timeout_s))}"]  # fmt: skip
-    argv += _resource_flags(config)
-    named = (("partition", config.partition), ("account", config.account),
-             ("constraint", config.constraint), ("reservation", config.reservation))  # fmt: skip
-    for flag, value in named:
-        if value:
-            argv.append(f"--{flag}={value}")
-    if config.exclusive:
-        argv.append("--exclusive")
-    return [*argv, *config.salloc_args]
-
-
-def owned(argv: list[str], comment: str) -> list[str]:
-    """``argv`` (salloc) with our owner comment (:func:`owner_comment`) after its command."""
-    return [argv[0], f"--comment={comment}", *argv[1:]]
-
-
-def _resource_flags(config: SlurmConfig) -> list[str]:
-    flags = []
-    if config.gres:
-        flags.append(f"--gres={config.gres}")
-    if config.gpus_per_node:
-        flags.append(f"--gpus-per-node={config.gpus_per_node}")
-    return flags
-
-
-# what every step gets of this machine's environment besides its own variables: enough for a
-# shell and its setup lines; nothing else of a login node's (its venv, tokens) reaches a node
-BASE_EXPORT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-
-
-def export_flag(names: Sequence[str]) -> str:
-    """``--export=`` of exactly these variables (their values travel in srun's environment,
-    never on a command line; Slurm adds its own SLURM_* ones)."""
-    return "--export=" + ",".join(dict.fromkeys([*BASE_EXPORT, *sorted(names)]))
-
-
-def srun_argv(
-    config: SlurmConfig, job: str, node: str, name: str, *, resources: bool,
-    export: Sequence[str] = (),
-) -> list[str]:  # fmt: skip
-    """A step of ``job`` on ``node``: one task, with :data:`BASE_EXPORT` and ``export`` of
-    the environment. ``resources``: a server's step, which asks for the node's GPUs as the
-    allocation did; a helper command's shares them (``--overlap`` lets both run beside the
-    servers)."""
-    argv = ["srun", f"--jobid={job}", "--overlap", "--nodes=1", "--ntasks=1",
-            f"--nodelist={node}", f"--job-name={name}", "--unbuffered",
-            export_flag(export)]  # fmt: skip
-    if resources:
-        argv += _resource_flags(config)
-    return [*argv, *config.srun_args]
-
-
-def step_script(spec: ProcessSpec) -> str:
-    """What a server's step runs: its setup lines, then ``exec`` its argv."""
-    from pytest_kimi.deploy.remote import setup_lines
-
-    parts = []
-    if spec.setup:
-        parts.append(setup_lines(spec.setup, "router.setup" if spec.role == "router"
-                                 else "server.setup"))  # fmt: skip
-    parts.append("exec " + shlex.join(spec.argv))
-    return "\n".join(parts)
-
-
-def job_name(config: SlurmConfig, run_tag: str) -> str:
-    """``pytest-kimi/<run>/<layout>``: what ``squeue`` shows, and how a later run knows ours."""
-    return f"{config.job_name}/{run_tag}"
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """A granted allocation: its job id, nodes and how long it waited in the queue."""
-
-    job: str
-    nodes: tuple[str, ...]
-    queue_wait_s: float
 
 
 class SlurmExecutor:
@@ -161,97 +61,27 @@ class SlurmExecutor:
         self.config = cluster.slurm
         self.job_name = job_name(cluster.slurm, run_tag)
         self.environ = dict(os.environ if environ is None else environ)
-        self.allocation: Allocation | None = None
         self.lifeline = Lifeline()  # local srun processes die with us; the reaper cancels
+        self.allocator = Allocator(self.config, self.job_name, self.environ, self.lifeline)
         self.local = LocalExecutor()  # a router on the submit host
         self._srun: dict[str, subprocess.Popen] = {}
-        self._reaper: subprocess.Popen | None = None
         self._steps_read: tuple[float, dict[str, str]] | None = None
 
     # -- the allocation ------------------------------------------------------------------
     def allocate(self, nodes: Sequence[Node]) -> Allocation:
-        """Get the allocation of ``nodes`` (not the submit host); raises :class:`SlurmError`
-        saying how long it waited and what salloc said."""
-        names = [n.name for n in nodes if n.name != SUBMIT_HOST]
-        argv = owned(salloc_argv(self.config, self.job_name, names), owner_comment())
-        # from the request on, whatever happens to us (kill -9 in the queue included), the
-        # reaper cancels the job by its name (unique to this run and layout)
-        self._start_reaper()
-        start = time.monotonic()
-        try:
-            salloc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      stdin=subprocess.DEVNULL, text=True, env=self._env(),
-                                      start_new_session=True)  # fmt: skip
-        except FileNotFoundError:
-            raise SlurmError("salloc not found: executor: slurm needs Slurm's client commands "
-                             "on this machine (the submit host)") from None  # fmt: skip
-        try:
-            out, err = salloc.communicate(timeout=self.config.queue_timeout_s + 60)
-        except BaseException as exc:  # Ctrl-C, SIGTERM (as KeyboardInterrupt), or no answer
-            self._withdraw(salloc)
-            if isinstance(exc, subprocess.TimeoutExpired):
-                raise SlurmError(f"salloc did not return within "
-                                 f"{self.config.queue_timeout_s:g} s (+60): "
-                                 f"{shlex.join(argv)}") from None  # fmt: skip
-            raise
-        waited = time.monotonic() - start
-        granted = GRANTED.search(err + out)
-        if salloc.returncode != 0 or granted is None:
-            self._cancel_by_name()  # granted but not said so (salloc -Q), or half-done
-            said = (err + out).strip().splitlines()[-3:]
-            queued = QUEUED.search(err)
-            where = f" (job {queued[1]} waited {waited:.0f} s in the queue)" if queued else ""
-            raise SlurmError(f"no allocation of {len(names)} nodes ({','.join(names)}){where}; "
-                             f"salloc exited {salloc.returncode}: {' / '.join(said)}")  # fmt: skip
-        job = granted[1]
-        self.allocation = Allocation(job, self._granted_nodes(job) or tuple(names), waited)
-        return self.allocation
-
-    def _withdraw(self, salloc: subprocess.Popen) -> None:
-        """Interrupted while queued: SIGINT makes salloc withdraw its request (as at a
-        terminal); what is still there after a few seconds is cancelled by name."""
-        with contextlib.suppress(ProcessLookupError):
-            salloc.send_signal(signal.SIGINT)
-        try:
-            salloc.wait(WITHDRAW_S)
-        except subprocess.TimeoutExpired:
-            salloc.kill()
-            salloc.wait()
-        self._cancel_by_name()
-
-    def _granted_nodes(self, job: str) -> tuple[str, ...]:
-        """The nodes Slurm gave the job (``squeue %N``, expanded by ``scontrol``)."""
-        listed = self._client(["squeue", f"--jobs={job}", "--noheader", "--format=%N"])
-        if listed.returncode != 0 or not listed.stdout.strip():
-            return ()
-        names = self._client(["scontrol", "show", "hostnames", listed.stdout.strip()])
-        return tuple(names.stdout.split()) if names.returncode == 0 else ()
+        """Get the allocation of ``nodes`` (not the submit host): :meth:`Allocator.allocate`."""
+        return self.allocator.allocate(nodes)
 
     def _client(self, argv: list[str]) -> subprocess.CompletedProcess:
         return slurm_command(argv, self._env())
 
-    def _start_reaper(self) -> None:
-        """A process that cancels our job once this one dies (its lifeline closes)."""
-        cancel = shlex.join(["scancel", "--me", f"--jobname={self.job_name}"])
-        script = f"cat >/dev/null; exec {cancel}"
-        self._reaper = self.lifeline.start_reaper(["sh", "-c", script], env=self._env())
-
-    def _cancel_by_name(self) -> None:
-        """Our request or job, if any is left: cancel it by its name."""
-        self._client(["scancel", "--me", f"--jobname={self.job_name}"])
-
     def _job(self) -> str:
-        if self.allocation is None:
-            raise SlurmError("no Slurm allocation yet (allocate() comes first)")
-        return self.allocation.job
+        return self.allocator.job()
 
     def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Our environment without a Slurm job's own variables (pytest itself may run in a
         job: its SLURM_JOB_ID and task counts must not shape our steps), plus ``extra``."""
-        env = {k: v for k, v in self.environ.items()
-               if not k.startswith(("SLURM_", "SRUN_", "SALLOC_", "SBATCH_"))
-               or k == "SLURM_CONF"}  # fmt: skip
-        return {**env, **(extra or {})}
+        return job_env(self.environ, extra)
 
     # -- commands on a node --------------------------------------------------------------
     def run(self, node: Node, command: str, timeout: float | None = None) -> tuple[int, str]:
@@ -385,120 +215,11 @@ class SlurmExecutor:
         """Cancel the allocation and check Slurm has nothing of it left: each leftover is a
         line naming the job and what Slurm says of it."""
         left = self.local.cleanup([h for h in handles if h.spec.node.name == SUBMIT_HOST])
-        if self.allocation is None:
-            return left
-        job = self.allocation.job
-        self._client(["scancel", job])
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        queued = self.queued(job)
-        while queued and time.monotonic() < deadline:
-            time.sleep(self.poll_s)
-            queued = self.queued(job)
-        left += [f"slurm job {job} after scancel: {line}" for line in queued]
-        accounted = self._accounted(job)
-        while accounted and time.monotonic() < deadline:  # the accounting lags the queue
-            time.sleep(self.poll_s)
-            accounted = self._accounted(job)
-        left += [f"slurm job {job}: sacct says {state}" for state in accounted]
-        return left
-
-    def queued(self, job: str) -> list[str]:
-        """What ``squeue`` lists of ``job`` and its steps (nothing: it is gone); a line
-        saying so when squeue could not answer (nothing is then known to be gone)."""
-        whole = self._client(["squeue", f"--jobs={job}", "--noheader", "--format=%i %j %T"])
-        if whole.returncode != 0 and "Invalid job id" not in whole.stderr:
-            return [f"could not be checked: squeue exited {whole.returncode}: "
-                    f"{whole.stderr.strip()[-200:]}"]  # fmt: skip
-        steps = self._client(["squeue", "--steps", f"--jobs={job}", "--noheader",
-                              "--format=%i %j %T %N"])  # fmt: skip
-        lines = whole.stdout.splitlines() + steps.stdout.splitlines()
-        return [line.strip() for line in lines if line.strip()]
-
-    def _accounted(self, job: str) -> list[str]:
-        """Job or step states sacct still calls running; none where accounting is off (sacct
-        then says so and lists nothing)."""
-        done = self._client(["sacct", "--jobs", job, "--noheader", "--parsable2",
-                             "--format=JobID,State"])  # fmt: skip
-        if done.returncode != 0:
-            return []
-        live = ("RUNNING", "PENDING", "REQUEUED")
-        return [line for line in done.stdout.splitlines()
-                if line.partition("|")[2].startswith(live)]  # fmt: skip
+        return left + self.allocator.release()
 
     def close(self) -> None:
         """Cut the lifeline: local sruns still alive are killed, the reaper cancels the job."""
         self.lifeline.close()
         self.local.close()
-        if self._reaper is not None:
-            try:
-                self._reaper.wait(COMMAND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._reaper.kill()
-                self._reaper.wait()
+        self.allocator.wait_reaper()
 
-
-def owner_comment() -> str:
-    """``pytest-kimi:<host>:<pid>:<start>``: which process asked for a job (``--comment``), so
-    a later run can tell one left by a run that died from one a live run holds."""
-    return f"pytest-kimi:{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "?"
-    return stat.rpartition(")")[2].split()[19]
-
-
-def owner_dead(comment: str) -> bool:
-    """The job's owner was a process on this machine that is gone (or another now holds its
-    pid). Jobs from other machines, or without our comment, are not known to be dead."""
-    parts = comment.split(":")
-    if len(parts) != 4 or parts[0] != "pytest-kimi" or parts[1] != socket.gethostname():
-        return False
-    return not parts[2].isdigit() or _start_time(int(parts[2])) != parts[3]
-
-
-@dataclass(frozen=True)
-class EarlierJob:
-    """A job of ours on some of a layout's nodes: its squeue line and whether its owner died."""
-
-    job: str
-    line: str
-    dead: bool
-
-
-def earlier_jobs(
-    cluster: ClusterConfig, nodes: Sequence[str], this_run: str,
-    environ: Mapping[str, str] | None = None,
-) -> list[EarlierJob]:  # fmt: skip
-    """Our jobs (``squeue --me``, named ``<job_name>/...``, not of this run) that hold or ask
-    for any of ``nodes``: a dead run's are in the way for good, a live run's until it ends."""
-    env = os.environ if environ is None else environ
-
-    def client(argv: list[str]) -> subprocess.CompletedProcess:
-        return slurm_command(argv, env)
-
-    done = client(["squeue", "--me", "--noheader", "--format=%i|%j|%T|%N|%n|%k"])
-    prefix, ours = cluster.slurm.job_name + "/", f"{cluster.slurm.job_name}/{this_run}/"
-    wanted, found = set(nodes), []
-    for line in done.stdout.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) != 6:
-            continue
-        job, name, state, held, asked, comment = fields
-        if not name.startswith(prefix) or name.startswith(ours) or state == "COMPLETING":
-            continue
-        listed = " ".join(x for x in (held, asked) if x and x != "(null)")
-        names = client(["scontrol", "show", "hostnames", listed]).stdout.split() if listed else []
-        if wanted & set(names):
-            found.append(EarlierJob(job, f"{job} {name} {state} {held or asked}",
-                                    owner_dead(comment)))  # fmt: skip
-    return found
-
-
-def cancel(jobs: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
-    """``scancel`` these jobs (``--kimi-reap`` of what an earlier run left)."""
-    if jobs:
-        slurm_command(["scancel", *jobs], os.environ if environ is None else environ)

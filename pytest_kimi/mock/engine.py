@@ -1,8 +1,8 @@
 """Runs a :class:`ReplicaSim` in real time: cluster time -> wall time through the time scale.
 
 Wall time = cluster time / ``time_scale`` (``time_scale`` 40 plays 40 cluster seconds in one
-wall second). Each event is scheduled against an absolute wall deadline, so a late wake-up
-delays one event but never accumulates drift.
+wall second; :mod:`pytest_kimi.mock.timebase`). Each event is scheduled against an absolute
+wall deadline, so a late wake-up delays one event but never accumulates drift.
 
 With a :class:`~pytest_kimi.workload.sharedclock.SharedClock` (a local run), cluster time is the
 shared clock's. The engine bounds it at its next *telling* event, one that emits a request's first
@@ -18,14 +18,16 @@ token's stamp (inter-token latency), never a per-request figure.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
+from pytest_kimi.mock.arrivals import Arrivals
+from pytest_kimi.mock.scheduler import ReplicaSim
+from pytest_kimi.mock.simrequest import SimRequest, TokenEvent
 from pytest_kimi.mock.speculative import Drafts
+from pytest_kimi.mock.timebase import TimeBase
 from pytest_kimi.workload.sharedclock import INF, SharedClock
 
 
@@ -35,20 +37,6 @@ class Stream:
 
     request: SimRequest
     queue: asyncio.Queue[TokenEvent]
-
-
-@dataclass(frozen=True, order=True)
-class Arrival:
-    """A request the model takes in at cluster time ``at``: a new prompt, or (a decode
-    server's) one whose KV cache lands then (``prebuilt``)."""
-
-    at: float
-    seq: int  # equal times keep the order they came in
-    rid: str = field(compare=False)
-    prompt: int = field(compare=False)
-    max_new: int = field(compare=False)
-    prebuilt: bool = field(default=False, compare=False)
-    drafts: Drafts | None = field(default=None, compare=False)
 
 
 PRECISE_S = 0.0015  # the last stretch before a deadline is slept precisely (blocking)
@@ -67,13 +55,11 @@ class Engine:
         shared: SharedClock | None = None,
     ) -> None:
         self.sim, self.time_scale, self.clock, self.shared = sim, time_scale, clock, shared
-        self.origin = clock()
-        self.day_offset = time.time() - clock()  # this machine's time of day, less its clock
+        self.timebase = TimeBase(time_scale, clock, shared)
         if shared is not None:
             shared.join()
         self.streams: dict[str, Stream] = {}
-        self.arrivals: list[Arrival] = []  # in time order
-        self._seq = 0
+        self.arrivals = Arrivals()
         # the client never reads this engine's tokens (a prefill server's go to the router,
         # whose reading lets no hold go): hold the clock for none of them
         self.tokens_read = True
@@ -86,25 +72,6 @@ class Engine:
         self.stalled = False  # a fault: the scheduler stops making progress
         self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
-    def cluster_now(self) -> float:
-        if self.shared is not None:
-            return self.shared.cluster_now()
-        return (self.clock() - self.origin) * self.time_scale
-
-    def to_common(self, t: float) -> float:
-        """Cluster time ``t`` as another mock process reads it: the same number on a shared
-        clock; without one each process counts from its own start, on its own machine, so
-        the time of day (synchronised between machines) is what the two have in common."""
-        if self.shared is not None:
-            return t
-        return self.origin + t / self.time_scale + self.day_offset
-
-    def from_common(self, x: float) -> float:
-        """The inverse of :meth:`to_common`, on this process's cluster time."""
-        if self.shared is not None:
-            return x
-        return (x - self.day_offset - self.origin) * self.time_scale
-
     def submit(
         self, rid: str, prompt_tokens: int, max_new_tokens: int, drafts: Drafts | None = None
     ) -> Stream:
@@ -116,7 +83,7 @@ class Engine:
         if self.shared is not None:
             at = max(self.shared.arrive(), self.sim.now)
         else:
-            at = max(self.cluster_now(), self.sim.now)
+            at = max(self.timebase.now(), self.sim.now)
         return self.submit_at(rid, prompt_tokens, max_new_tokens, at, drafts=drafts)
 
     def submit_at(
@@ -130,9 +97,7 @@ class Engine:
         req = SimRequest(rid, prompt_tokens, max_new_tokens, at)  # placeholder until admitted
         stream = self.streams.get(rid) or Stream(req, queue)
         self.streams[rid] = stream
-        self._seq += 1
-        bisect.insort(self.arrivals, Arrival(at, self._seq, rid, prompt_tokens, max_new_tokens,
-                                             prebuilt, drafts))  # fmt: skip
+        self.arrivals.add(at, rid, prompt_tokens, max_new_tokens, prebuilt, drafts)
         self.wake.set()
         return stream
 
@@ -151,20 +116,12 @@ class Engine:
         event after the tokens already made. Whether the request was still known (running
         or waiting)."""
         stream = self.streams.pop(rid, None)
-        self.arrivals = [a for a in self.arrivals if a.rid != rid]
+        self.arrivals.drop(rid)
         self.sim.abort(rid)
         if stream is not None and notify:
             made = stream.request.generated
             stream.queue.put_nowait(TokenEvent(rid, self.sim.now, 0, made, True, aborted=True))
         return stream is not None
-
-    def wall_of(self, t: float) -> float:
-        """Cluster time ``t`` as a time of day (``time.time()``): when this process played
-        it. On a shared clock, which may have stood still since, the time of day now less
-        the cluster time since ``t`` at the time scale."""
-        if self.shared is None:
-            return self.origin + t / self.time_scale + self.day_offset
-        return time.time() - (self.cluster_now() - t) / self.time_scale
 
     @property
     def running(self) -> int:
@@ -172,7 +129,7 @@ class Engine:
 
     @property
     def queued(self) -> int:
-        return len(self.sim.waiting) + sum(not a.prebuilt for a in self.arrivals)
+        return len(self.sim.waiting) + self.arrivals.prompts()
 
     async def run(self) -> None:
         """The scheduler loop: sleep until the next event's wall deadline, then process it.
@@ -189,7 +146,7 @@ class Engine:
             if nxt is None or self.stalled:
                 await self._idle()
                 continue
-            deadline = self.origin + nxt / self.time_scale
+            deadline = self.timebase.deadline(nxt)
             delay = deadline - self.clock()
             if delay > PRECISE_S:
                 await self._wait(delay - PRECISE_S)
@@ -239,18 +196,16 @@ class Engine:
         """How far the shared clock may run before this engine must have caught up: its next
         arrival or telling event."""
         telling = min([self.sim.next_telling_time(), *(bound() for bound in self.bounds)])
-        if self.arrivals:
-            return min(self.arrivals[0].at, telling)
-        return telling
+        first = self.arrivals.first()
+        return telling if first is None else min(first, telling)
 
     def _next(self) -> tuple[float | None, float | None]:
         """The next thing to happen (cluster time), and the model's own next event."""
         event = self.sim.next_event_time()
-        nxt = event
-        if self.arrivals:
-            first = self.arrivals[0].at
-            nxt = first if nxt is None else min(nxt, first)
-        return nxt, event
+        first = self.arrivals.first()
+        if first is None:
+            return event, event
+        return (first if event is None else min(event, first)), event
 
     async def _idle(self) -> None:
         self.wake.clear()
@@ -263,8 +218,7 @@ class Engine:
             await asyncio.wait_for(self.wake.wait(), timeout)
 
     def _process(self, until: float) -> None:
-        while self.arrivals and self.arrivals[0].at <= until:
-            a = self.arrivals.pop(0)
+        for a in self.arrivals.due(until):
             rid, prompt, new, at = a.rid, a.prompt, a.max_new, a.at
             self._dispatch(self.sim.advance(at))
             add = self.sim.add_prebuilt if a.prebuilt else self.sim.add

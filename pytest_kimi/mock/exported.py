@@ -38,7 +38,7 @@ class ServerMetrics:
                 "engine_type": kind, "num_pages": str(self.total_tokens), "page_size": "1"}
         self.store = MetricStore(recording(args.wire), fill, own=HTTP_FAMILIES)
         # a disaggregated side of 0.5.10 and later observes its own queue time (cluster
-        # seconds, from its wait queue: pytest_kimi.mock.disagg)
+        # seconds, from its wait queue: pytest_kimi.mock.prefillside and decodeside)
         self.side_queue = kind != "unified" and not SGLangProfile(args.wire).pd_queue_stages
         fam = self.store.families.get(PER_STAGE)
         self.stages = {s.get("stage") for s in fam.ready} if fam is not None else set()

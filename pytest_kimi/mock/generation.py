@@ -20,7 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from pytest_kimi.mock.disagg import Bootstrap, BootstrapError, DecodeSide, PrefillSide
+from pytest_kimi.mock.decodeside import DecodeSide
+from pytest_kimi.mock.disagg import Bootstrap, BootstrapError
 from pytest_kimi.mock.engine import Engine, Stream
 from pytest_kimi.mock.faults import LOG_LINES
 from pytest_kimi.mock.http_common import (
@@ -37,6 +38,7 @@ from pytest_kimi.mock.http_common import (
     json_response,
     sse,
 )
+from pytest_kimi.mock.prefillside import PrefillSide
 from pytest_kimi.mock.reqstate import State, Words, output_words
 from pytest_kimi.mock.speculative import Drafts, acceptance, prompt_seed
 from pytest_kimi.mock.tokenizer_files import count_tokens
@@ -137,7 +139,7 @@ class Exchange:
         self.handle, self.engine = handle, request.app[ENGINE_KEY]
         self.metrics, self.args = request.app[METRICS_KEY], request.app[ARGS_KEY]
         # sent to the scheduler: its arrival in the model, as a time of day
-        self.dispatched = self.engine.wall_of(handle.request.arrival)
+        self.dispatched = self.engine.timebase.wall_of(handle.request.arrival)
         self.received = min(float(request.get(RECEIVED_KEY, time.time())), self.dispatched)
         self.sent: float | None = None  # the first answer went out
         self.first_output: float | None = None
@@ -146,7 +148,7 @@ class Exchange:
     def times(self, finished: float | None = None) -> Times:
         """The request's times now; ``finished``: its last output's (a final answer's). Each
         model time is its time of day, no earlier than what came before it."""
-        req, wall = self.handle.request, self.engine.wall_of
+        req, wall = self.handle.request, self.engine.timebase.wall_of
         admitted = first = None
         if req.admitted_at is not None:
             admitted = max(self.dispatched, wall(req.admitted_at))

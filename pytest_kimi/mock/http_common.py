@@ -21,8 +21,8 @@ ARGS_KEY = web.AppKey("args", MockArgs)
 FAULTS_KEY = web.AppKey("faults", Faults)
 GATE_KEY = web.AppKey("health_gate", HealthGate)
 METRICS_KEY = web.AppKey("metrics", ServerMetrics)
-# a disaggregated server's side (pytest_kimi.mock.disagg.PrefillSide or DecodeSide); absent
-# on a unified server
+# a disaggregated server's side (pytest_kimi.mock.prefillside.PrefillSide or
+# pytest_kimi.mock.decodeside.DecodeSide); absent on a unified server
 SIDE_KEY = web.AppKey("disaggregation_side", object)
 RECEIVED_KEY = "kimi_received"  # request[...]: time.time() when the request came in
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}  # as Starlette's

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
+from pytest_kimi.mock.decodeside import DecodeSide
 from pytest_kimi.mock.generation import prompt_tokens, run_generation, sampling
 from pytest_kimi.mock.http_common import (
     ARGS_KEY,
@@ -20,6 +20,7 @@ from pytest_kimi.mock.http_common import (
     read_body,
     sse_answer,
 )
+from pytest_kimi.mock.prefillside import PrefillSide
 from pytest_kimi.mock.reqstate import State
 from pytest_kimi.mock.wire.errors import NO_PROMPT, generate_error, too_long
 

@@ -17,12 +17,13 @@ from aiohttp import web
 from pytest_kimi.config.versions import SGLangProfile
 from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.bootstrap import bootstrap_app, serve_lines
-from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
+from pytest_kimi.mock.decodeside import DecodeSide
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.faults import FaultError, Faults, parse_flags
 from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
 from pytest_kimi.mock.http_common import SIDE_KEY
 from pytest_kimi.mock.perfmodel import CostModel, Profile
+from pytest_kimi.mock.prefillside import PrefillSide
 from pytest_kimi.mock.rendezvous import Rank0, RendezvousError
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.server import build_app

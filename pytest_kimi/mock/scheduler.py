@@ -23,75 +23,21 @@ step boundary after it landed, with no forward pass, before decoding it with the
 With speculative decoding (:mod:`pytest_kimi.mock.speculative`) a decode step is the draft
 model's ``num_steps`` forwards plus the target's verify, and gives each request 1 to
 ``num_draft_tokens`` tokens at once; prefill chunks also run the draft over their tokens.
+
+Here are the queues and the choice of what each batch carries; what a batch takes and its way
+through the stages are :mod:`pytest_kimi.mock.pipeline`'s, a request's state
+:mod:`pytest_kimi.mock.simrequest`'s.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from pytest_kimi.mock.perfmodel import CostModel, Prefill
+from pytest_kimi.mock.perfmodel import CostModel
+from pytest_kimi.mock.pipeline import Batch, OnChunk, Pipeline
+from pytest_kimi.mock.simrequest import SimRequest, TokenEvent
 from pytest_kimi.mock.speculative import A_MIN, Drafts, SpecCounters, Speculation
-
-
-@dataclass
-class SimRequest:
-    """Model-side state and ground truth of one request (cluster seconds)."""
-
-    rid: str
-    prompt_tokens: int
-    max_new_tokens: int
-    arrival: float
-    prefilled: int = 0
-    generated: int = 0
-    in_flight: bool = False
-    admitted_at: float | None = None
-    token_times: list[float] = field(default_factory=list)  # one per token
-    finished_at: float | None = None
-    drafts: Drafts | None = None  # speculative decoding: this request's acceptance and counts
-
-    @property
-    def first_token_at(self) -> float | None:
-        return self.token_times[0] if self.token_times else None
-
-    def ground_truth(self) -> dict:
-        return {
-            "rid": self.rid,
-            "prompt_tokens": self.prompt_tokens,
-            "arrival": self.arrival,
-            "admitted": self.admitted_at,
-            "first_token": self.first_token_at,
-            "token_times": list(self.token_times),
-            "finished": self.finished_at,
-        }
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    """``count`` new tokens for ``rid`` at cluster time ``time``; ``aborted``: no tokens, the
-    request was aborted (``/abort_request``) and ends here."""
-
-    rid: str
-    time: float
-    count: int
-    generated: int
-    finished: bool
-    aborted: bool = False
-
-
-@dataclass
-class _Batch:
-    prefills: list[tuple[SimRequest, int]]
-    decodes: list[SimRequest]
-    done_at: float = 0.0
-    seq: int = 0
-    started: float = 0.0
-
-    def __lt__(self, other: _Batch) -> bool:
-        return (self.done_at, self.seq) < (other.done_at, other.seq)
 
 
 class ReplicaSim:
@@ -114,19 +60,16 @@ class ReplicaSim:
         self.spec, self.decode_log_interval = spec, decode_log_interval
         self.spec_counters = SpecCounters()
         self.seed = seed
-        self.rng = random.Random(seed)
+        self.pipeline = Pipeline(cost, seed=seed, jitter=jitter, spec=spec)
         self.now = 0.0
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []  # admitted: prefilling or decoding
         self.requests: dict[str, SimRequest] = {}
-        self.stage_free = [0.0] * cost.pp
-        self.in_flight: list[_Batch] = []
         self.steps = 0
-        self._fastest: float | None = None
         self.busy_s = 0.0  # cluster seconds a stage spent on batches (GPU utilisation)
         self.prebuilt: list[SimRequest] = []  # decode side: KV landed (or landing), in order
         # prefill side: (request, tokens, started, done: cluster times) per prefilled chunk
-        self.on_chunk: Callable[[SimRequest, int, float, float], None] | None = None
+        self.on_chunk: OnChunk | None = None
 
     # -- inputs --------------------------------------------------------------------------
     def add(
@@ -180,9 +123,9 @@ class ReplicaSim:
     # -- event loop ------------------------------------------------------------------------
     def next_event_time(self) -> float | None:
         """Cluster time of the next batch completion or batch start, if any."""
-        times = [b.done_at for b in self.in_flight]
+        times = [b.done_at for b in self.pipeline.in_flight]
         if self._has_work():
-            times.append(max(self.now, self.stage_free[0]))
+            times.append(max(self.now, self.pipeline.free_at))
         admit = self._next_admission()
         if admit is not None:
             times.append(admit)
@@ -192,7 +135,7 @@ class ReplicaSim:
         """When the next landed request can be admitted (its first token comes out then)."""
         if not self.prebuilt or len(self.running) >= self.max_running:
             return None
-        return max(self.now, self.prebuilt[0].arrival, self.stage_free[0])
+        return max(self.now, self.prebuilt[0].arrival, self.pipeline.free_at)
 
     def next_telling_time(self) -> float:
         """The earliest cluster time a request's first or last token can come out (inf: none
@@ -202,29 +145,14 @@ class ReplicaSim:
 
         Tokens in between may be emitted late without changing any per-request figure; these
         may not (a live engine on a shared clock waits for the clock here)."""
-        times = [b.done_at for b in self.in_flight if self._telling(b)]
+        times = [b.done_at for b in self.pipeline.in_flight if b.telling(self.spec)]
         nxt = self.next_event_time()
         if nxt is not None:
-            times.append(nxt + self._fastest_batch())
+            times.append(nxt + self.pipeline.fastest_batch())
         admit = self._next_admission()
         if admit is not None:  # a first token, with no batch to wait for
             times.append(admit)
         return min(times, default=math.inf)
-
-    def _telling(self, batch: _Batch) -> bool:
-        if any(r.prefilled + n >= r.prompt_tokens for r, n in batch.prefills):
-            return True
-        most = 1 + (self.spec.max_drafts if self.spec is not None else 0)  # tokens per step
-        return any(r.generated + most >= r.max_new_tokens for r in batch.decodes)
-
-    def _fastest_batch(self) -> float:
-        """A lower bound of any batch's time from launch to completion: one token through
-        every stage and hop, at the lowest noise factor (:meth:`_noise`)."""
-        if self._fastest is None:
-            stage = self.cost.stage_time([], [0]) * (0.5 if self.jitter > 0 else 1.0)
-            hops = sum(self.cost.hop_time(1, s) for s in range(self.cost.pp - 1))
-            self._fastest = self.cost.pp * stage + hops
-        return self._fastest
 
     def advance(self, until: float) -> list[TokenEvent]:
         """Process every event up to cluster time ``until``; return emitted tokens."""
@@ -234,20 +162,20 @@ class ReplicaSim:
             if nxt is None or nxt > until:
                 break
             self.now = max(self.now, nxt)
-            while self.in_flight and self.in_flight[0].done_at <= self.now:
-                events.extend(self._complete(heapq.heappop(self.in_flight)))
-            if self.stage_free[0] <= self.now:
+            for batch in self.pipeline.done_by(self.now):
+                events.extend(self._complete(batch))
+            if self.pipeline.free_at <= self.now:
                 events.extend(self._admit_prebuilt())
-            if self.stage_free[0] <= self.now and len(self.in_flight) < self.cost.pp:
+            if self.pipeline.free_at <= self.now and not self.pipeline.full:
                 self._launch()
         self.now = max(self.now, until)
         return events
 
     # -- internals ---------------------------------------------------------------------------
     def _has_work(self) -> bool:
-        if len(self.in_flight) >= self.cost.pp:
+        if self.pipeline.full:
             return False
-        if any(self._can_decode(r) or self._can_prefill(r) for r in self.running):
+        if any(r.can_decode() or r.can_prefill() for r in self.running):
             return True
         return bool(self.waiting) and len(self.running) < self.max_running
 
@@ -262,62 +190,26 @@ class ReplicaSim:
             req = self.prebuilt.pop(0)
             req.admitted_at = self.now
             self.running.append(req)
-            events.append(self._emit(req, self.now))
+            events.append(req.emit(self.now))
             self._maybe_drop(req)
         return events
-
-    @staticmethod
-    def _can_decode(req: SimRequest) -> bool:
-        return not req.in_flight and req.generated > 0 and req.finished_at is None
-
-    @staticmethod
-    def _can_prefill(req: SimRequest) -> bool:
-        return not req.in_flight and req.prefilled < req.prompt_tokens and req.finished_at is None
 
     def _launch(self) -> None:
         prefills = self._take_prefill()
         decodes: list[SimRequest] = []
         if not prefills or self.mixed_chunk:
-            decodes = [r for r in self.running if self._can_decode(r)]
+            decodes = [r for r in self.running if r.can_decode()]
         if not prefills and not decodes:
             return
-        batch = _Batch(prefills, decodes, seq=self.steps, started=self.now)
+        batch = Batch(prefills, decodes, seq=self.steps, started=self.now)
         self.steps += 1
-        for req, _ in prefills:
-            req.in_flight = True
-        for req in decodes:
-            req.in_flight = True
-        chunks = [Prefill(n, req.prefilled) for req, n in prefills]
-        contexts = [r.prompt_tokens + r.generated for r in decodes]
-        tokens = sum(n for _, n in prefills) + len(decodes)
-        stage = self._stage_time(chunks, contexts) * self._noise()
-        self.busy_s += stage
-        t = self.now
-        for s in range(self.cost.pp):
-            start = max(t, self.stage_free[s])
-            self.stage_free[s] = start + stage
-            t = start + stage
-            if s + 1 < self.cost.pp:
-                t += self.cost.hop_time(tokens, s)
-        batch.done_at = t
-        heapq.heappush(self.in_flight, batch)
-
-    def _stage_time(self, chunks: list[Prefill], contexts: list[int]) -> float:
-        """A batch's time on one stage; with speculative decoding, decodes are verified
-        after ``num_steps`` draft forwards and prefill chunks run the draft too."""
-        if self.spec is None:
-            return self.cost.stage_time(chunks, contexts)
-        drafted = self.spec.num_steps * self.cost.draft_time(len(contexts)) if contexts else 0.0
-        verify = self.cost.verify_time(contexts, self.spec.num_draft_tokens) if contexts else 0.0
-        prefill = self.cost.stage_time(chunks, []) if chunks else 0.0
-        extend = self.cost.draft_time(sum(c.tokens for c in chunks))
-        return prefill + extend + verify + drafted
+        self.busy_s += self.pipeline.launch(batch, self.now)
 
     def _take_prefill(self) -> list[tuple[SimRequest, int]]:
         budget = self.chunk_size
         out: list[tuple[SimRequest, int]] = []
         for req in self.running:  # a partially prefilled request continues first
-            if self._can_prefill(req) and budget > 0:
+            if req.can_prefill() and budget > 0:
                 n = min(budget, req.prompt_tokens - req.prefilled)
                 out.append((req, n))
                 budget -= n
@@ -334,54 +226,14 @@ class ReplicaSim:
             chunked = n < req.prompt_tokens
         return out
 
-    def _noise(self) -> float:
-        if self.jitter <= 0:
-            return 1.0
-        return max(0.5, self.rng.gauss(1.0, self.jitter))
-
-    def _complete(self, batch: _Batch) -> list[TokenEvent]:
-        events = []
-        for req, n in batch.prefills:
-            req.in_flight = False
-            req.prefilled += n
-            if self.on_chunk is not None and req.finished_at is None:
-                self.on_chunk(req, n, batch.started, batch.done_at)
-            if req.prefilled == req.prompt_tokens and req.finished_at is None:
-                events.append(self._emit(req, batch.done_at))
-        accepted = 0
-        for req in batch.decodes:
-            req.in_flight = False
-            if req.finished_at is None:
-                n = 1
-                if self.spec is not None and req.drafts is not None:
-                    drafts = req.drafts.step(self.spec.max_drafts)
-                    # the gauges count what the request kept (SGLang recomputes a finishing
-                    # request's accept length); its meta_info counts every accepted draft
-                    accepted += min(drafts, req.max_new_tokens - req.generated - 1)
-                    n += drafts
-                events.append(self._emit(req, batch.done_at, n))
-        if self.spec is not None and batch.decodes:
-            counters, spec = self.spec_counters, self.spec
-            counters.verified(accepted, len(batch.decodes), spec.num_draft_tokens,
-                              self.decode_log_interval)  # fmt: skip
-        elif batch.decodes:
-            self.spec_counters.decoded(self.decode_log_interval)
+    def _complete(self, batch: Batch) -> list[TokenEvent]:
+        events = batch.complete(self.on_chunk, self.spec, self.spec_counters,
+                                self.decode_log_interval)  # fmt: skip
         for req, _ in batch.prefills:
             self._maybe_drop(req)
         for req in batch.decodes:
             self._maybe_drop(req)
         return events
-
-    def _emit(self, req: SimRequest, at: float, n: int = 1) -> TokenEvent:
-        """``n`` tokens at once (speculative decoding's accepted drafts plus the target's
-        own), never past ``max_new_tokens`` (SGLang stops a request there)."""
-        n = min(n, req.max_new_tokens - req.generated)
-        req.generated += n
-        req.token_times.extend([at] * n)
-        finished = req.generated >= req.max_new_tokens
-        if finished:
-            req.finished_at = at
-        return TokenEvent(req.rid, at, n, req.generated, finished)
 
     def _maybe_drop(self, req: SimRequest) -> None:
         if req.finished_at is not None and req in self.running:

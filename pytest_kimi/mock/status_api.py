@@ -10,7 +10,7 @@ import time
 
 from aiohttp import web
 
-from pytest_kimi.mock.disagg import DecodeSide, PrefillSide
+from pytest_kimi.mock.decodeside import DecodeSide
 from pytest_kimi.mock.exported import PER_STAGE
 from pytest_kimi.mock.http_common import (
     ARGS_KEY,
@@ -22,6 +22,7 @@ from pytest_kimi.mock.http_common import (
     bare_response,
     json_response,
 )
+from pytest_kimi.mock.prefillside import PrefillSide
 from pytest_kimi.mock.wire import info as wire_info
 
 log = logging.getLogger("sglang.mock")
@@ -127,7 +128,7 @@ async def metrics(request: web.Request) -> web.Response:
     side = request.app.get(SIDE_KEY)
     if not isinstance(side, PrefillSide | DecodeSide):
         return _text(counts.render(engine))
-    for name, value in side.gauges(engine.cluster_now()).items():
+    for name, value in side.gauges(engine.timebase.now()).items():
         counts.gauge(f"sglang:{name}", value)
     for name, value in side.observed:  # the side's histograms (0.5.10 and later), once each
         counts.store.observe(name, value)

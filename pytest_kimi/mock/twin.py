@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from pytest_kimi.mock.kvlink import Link, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import CostModel, Profile
-from pytest_kimi.mock.scheduler import ReplicaSim, SimRequest, TokenEvent
+from pytest_kimi.mock.scheduler import ReplicaSim
+from pytest_kimi.mock.simrequest import SimRequest, TokenEvent
 from pytest_kimi.mock.speculative import Drafts, Speculation, acceptance, prompt_seed
 
 
@@ -148,81 +149,104 @@ def simulate_pd(
     lands it, and the decode replica gives the first token at its next step boundary and
     decodes the rest. Returns the decode side's requests (what the client sees), with
     ``arrival`` the router's send."""
+    prefills = [_pd_replica(profile, prefill, i, chunk_size, seed) for i in range(prefill.replicas)]
+    decodes = [_pd_replica(profile, decode, prefill.replicas + i, chunk_size, seed)
+               for i in range(decode.replicas)]  # fmt: skip
+    run = _PdRun(profile, prefills, decodes, prefill_nodes=prefill.nodes, decode=decode,
+                 input_lens=input_lens, output_len=output_len)  # fmt: skip
+    for _ in range(min(concurrency, num_requests)):
+        run.send(0.0)
+    while len(run.done) < num_requests:
+        if not run.backlog:
+            run.advance_first()
+            continue
+        i, event = run.backlog.pop(0)
+        if i < len(prefills) or not event.finished:
+            continue  # a prefill's one token goes to the router; its KV is handled above
+        run.finished(i - len(prefills), event)
+        if run.sent < num_requests:
+            run.send(event.time)
+    return TwinRun(tuple(run.done))
 
-    def sim(side: Side, i: int) -> ReplicaSim:
-        cost = CostModel(profile, tp=side.tp, pp=side.pp, ep=side.ep,
-                         gpus_per_node=side.gpus_per_node)  # fmt: skip
-        return ReplicaSim(cost, chunk_size=chunk_size, max_running=profile.max_running_requests,
-                          seed=seed + i, jitter=profile.jitter)  # fmt: skip
 
-    prefills = [sim(prefill, i) for i in range(prefill.replicas)]
-    decodes = [sim(decode, prefill.replicas + i) for i in range(decode.replicas)]
-    everyone = [*prefills, *decodes]
-    egress = [Link(side_bandwidth(profile, prefill.nodes)) for _ in prefills]
-    ingress = [Link(side_bandwidth(profile, decode.nodes)) for _ in decodes]
-    spans: dict[str, list] = {}
-    pair: dict[str, tuple[int, int]] = {}
-    arrived: dict[str, float] = {}
-    prompt_of: dict[str, int] = {}
-    occupied = [0] * len(decodes)
-    waiting: list[list[str]] = [[] for _ in decodes]  # decode prealloc queues
-    backlog: list[tuple[int, TokenEvent]] = []  # (replica, event) not yet looked at
-    done: list[SimRequest] = []
-    sent = 0
+def _pd_replica(profile: Profile, side: Side, i: int, chunk_size: int, seed: int) -> ReplicaSim:
+    """Replica ``i`` of a disaggregated deployment (both sides count on from one seed)."""
+    cost = CostModel(profile, tp=side.tp, pp=side.pp, ep=side.ep,
+                     gpus_per_node=side.gpus_per_node)  # fmt: skip
+    return ReplicaSim(cost, chunk_size=chunk_size, max_running=profile.max_running_requests,
+                      seed=seed + i, jitter=profile.jitter)  # fmt: skip
 
-    def start_prefill(rid: str, at: float) -> None:
-        p, d = pair[rid]
-        occupied[d] += 1
-        backlog.extend((p, e) for e in prefills[p].advance(at))  # bring it to `at` first
-        prefills[p].add(rid, prompt_of[rid], 1, at)
 
-    def send(at: float) -> None:
-        nonlocal sent
-        rid = f"r{sent}"
-        pair[rid] = (sent % len(prefills), sent % len(decodes))
-        prompt_of[rid], arrived[rid] = input_lens[sent % len(input_lens)], at
-        sent += 1
-        d = pair[rid][1]
-        if occupied[d] < profile.max_running_requests and not waiting[d]:
-            start_prefill(rid, at)
+class _PdRun:
+    """One :func:`simulate_pd` run's state: where each request went, the decode replicas' slots
+    and prealloc queues, the KV on its way, and the events not looked at yet."""
+
+    def __init__(
+        self, profile: Profile, prefills: list[ReplicaSim], decodes: list[ReplicaSim], *,
+        prefill_nodes: int, decode: Side, input_lens: Sequence[int], output_len: int,
+    ) -> None:  # fmt: skip
+        self.profile, self.prefills, self.decodes = profile, prefills, decodes
+        self.decode_tp, self.input_lens, self.output_len = decode.tp, input_lens, output_len
+        self.everyone = [*prefills, *decodes]
+        self.egress = [Link(side_bandwidth(profile, prefill_nodes)) for _ in prefills]
+        self.ingress = [Link(side_bandwidth(profile, decode.nodes)) for _ in decodes]
+        self.spans: dict[str, list] = {}
+        self.pair: dict[str, tuple[int, int]] = {}
+        self.arrived: dict[str, float] = {}
+        self.prompt_of: dict[str, int] = {}
+        self.occupied = [0] * len(decodes)
+        self.waiting: list[list[str]] = [[] for _ in decodes]  # decode prealloc queues
+        self.backlog: list[tuple[int, TokenEvent]] = []  # (replica, event) not yet looked at
+        self.done: list[SimRequest] = []
+        self.sent = 0
+        for p, s in enumerate(prefills):
+            s.on_chunk = self._chunk_of(p)
+
+    def start_prefill(self, rid: str, at: float) -> None:
+        p, d = self.pair[rid]
+        self.occupied[d] += 1
+        self.backlog.extend((p, e) for e in self.prefills[p].advance(at))  # bring it to `at` first
+        self.prefills[p].add(rid, self.prompt_of[rid], 1, at)
+
+    def send(self, at: float) -> None:
+        """The router sends the next request: its decode replica has a slot, or queues it."""
+        rid = f"r{self.sent}"
+        self.pair[rid] = (self.sent % len(self.prefills), self.sent % len(self.decodes))
+        self.prompt_of[rid] = self.input_lens[self.sent % len(self.input_lens)]
+        self.arrived[rid] = at
+        self.sent += 1
+        d = self.pair[rid][1]
+        if self.occupied[d] < self.profile.max_running_requests and not self.waiting[d]:
+            self.start_prefill(rid, at)
         else:
-            waiting[d].append(rid)
+            self.waiting[d].append(rid)
 
-    def chunk_of(p: int) -> Callable[[SimRequest, int, float, float], None]:
+    def _chunk_of(self, p: int) -> Callable[[SimRequest, int, float, float], None]:
         def heard(req: SimRequest, tokens: int, started: float, done_at: float) -> None:
-            spans.setdefault(req.rid, []).append(
-                egress[p].send(done_at, kv_bytes(profile, tokens, decode.tp))
+            self.spans.setdefault(req.rid, []).append(
+                self.egress[p].send(done_at, kv_bytes(self.profile, tokens, self.decode_tp))
             )
             if req.prefilled == req.prompt_tokens:  # the last chunk: the KV lands, then
-                d = pair[req.rid][1]
-                landed = max(ingress[d].receive(s).end for s in spans.pop(req.rid))
-                decodes[d].add_prebuilt(req.rid, req.prompt_tokens, output_len, landed)
+                d = self.pair[req.rid][1]
+                landed = max(self.ingress[d].receive(s).end for s in self.spans.pop(req.rid))
+                self.decodes[d].add_prebuilt(req.rid, req.prompt_tokens, self.output_len, landed)
 
         return heard
 
-    for p, s in enumerate(prefills):
-        s.on_chunk = chunk_of(p)
-    for _ in range(min(concurrency, num_requests)):
-        send(0.0)
-    while len(done) < num_requests:
-        if not backlog:
-            times = [(t, i) for i, r in enumerate(everyone)
-                     if (t := r.next_event_time()) is not None]  # fmt: skip
-            if not times:
-                raise RuntimeError("simulation stalled with requests outstanding")
-            t, i = min(times)
-            backlog.extend((i, e) for e in everyone[i].advance(t))
-            continue
-        i, event = backlog.pop(0)
-        if i < len(prefills) or not event.finished:
-            continue  # a prefill's one token goes to the router; its KV is handled above
-        d = i - len(prefills)
-        req = decodes[d].requests[event.rid]
-        req.arrival = arrived[event.rid]  # the client's view: from the router's send
-        done.append(req)
-        occupied[d] -= 1
-        if waiting[d]:
-            start_prefill(waiting[d].pop(0), event.time)
-        if sent < num_requests:
-            send(event.time)
-    return TwinRun(tuple(done))
+    def advance_first(self) -> None:
+        """Bring the replica whose next event comes first to it; its events to the backlog."""
+        times = [(t, i) for i, r in enumerate(self.everyone)
+                 if (t := r.next_event_time()) is not None]  # fmt: skip
+        if not times:
+            raise RuntimeError("simulation stalled with requests outstanding")
+        t, i = min(times)
+        self.backlog.extend((i, e) for e in self.everyone[i].advance(t))
+
+    def finished(self, d: int, event: TokenEvent) -> None:
+        """Decode replica ``d`` finished a request: the client has it, and its slot frees."""
+        req = self.decodes[d].requests[event.rid]
+        req.arrival = self.arrived[event.rid]  # the client's view: from the router's send
+        self.done.append(req)
+        self.occupied[d] -= 1
+        if self.waiting[d]:
+            self.start_prefill(self.waiting[d].pop(0), event.time)

@@ -1,16 +1,15 @@
 """pytest glue: when each step of a :class:`~pytest_kimi.run.session.Run` happens.
 
-Options (:mod:`pytest_kimi.plugin.options`), fixtures (:mod:`pytest_kimi.plugin.fixtures`) and hooks
-(:mod:`pytest_kimi.plugin.hookspecs`) are declared here; the work is in
-:mod:`pytest_kimi.run.session`. Importing this module pulls in pytest and the standard library
-only: a pytest session that runs no pytest-kimi test loads none of the heavy modules (numpy, httpx,
-fabric, matplotlib).
+Options (:mod:`pytest_kimi.plugin.options`), fixtures (:mod:`pytest_kimi.plugin.fixtures`) and
+hooks (:mod:`pytest_kimi.plugin.hookspecs`) are declared here, and the session's run is kept by
+:mod:`pytest_kimi.plugin.state`; the work is in :mod:`pytest_kimi.run.session`. Importing this
+module pulls in pytest and the standard library only: a pytest session that runs no pytest-kimi
+test loads none of the heavy modules (numpy, httpx, fabric, matplotlib).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,13 +29,12 @@ from pytest_kimi.plugin.fixtures import (  # noqa: F401  (fixtures are found on 
     marker_slos,
     speedbench,
 )
+from pytest_kimi.plugin.state import RUN_KEY, is_worker, run_of
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.config.points import Point
     from pytest_kimi.run.session import Run
-
-RUN_KEY = pytest.StashKey["Run"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,35 +83,6 @@ def _preflight_only(run: Run) -> None:
     if problems:
         pytest.exit(f"GPU pre-flight: {problems} problem(s); nothing was started", returncode=1)
     pytest.exit("GPU pre-flight: clean; nothing was started", returncode=0)
-
-
-def run_of(config: pytest.Config) -> Run:
-    """The session's run, loaded (and its inputs checked) on first use."""
-    if RUN_KEY not in config.stash:
-        from pytest_kimi.results.events import Message
-        from pytest_kimi.run.progress.terminal import display_for
-        from pytest_kimi.run.session import Run, UsageProblem
-
-        display = display_for(config)  # live on a terminal, else lines (--kimi-progress)
-        try:
-            run = Run.load(
-                options.resolve(config),
-                dry_run=bool(config.getoption("kimi_dry_run")),
-                say=lambda text: display.emit(Message(text)),
-                progress=display,
-                on_result=lambda result: config.hook.pytest_kimi_layout_result(
-                    config=config, result=result
-                ),
-                on_comparison=lambda model: config.hook.pytest_kimi_comparison(
-                    config=config, model=model
-                ),
-            )
-        except UsageProblem as exc:
-            raise pytest.UsageError(str(exc)) from None
-        if _is_worker(config) and config.workerinput.get("kimi_run_dir"):
-            run.use_run_dir(Path(config.workerinput["kimi_run_dir"]))
-        config.stash[RUN_KEY] = run
-    return config.stash[RUN_KEY]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -226,10 +195,6 @@ class XdistHooks:
             node.workerinput["kimi_run_dir"] = str(run_of(self.config).run_dir)
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Remember which layouts have tests selected (after ``-k``/``-m``): only those can be
     "not run" when the session stops early."""
@@ -237,7 +202,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if run is None:
         return
     selected = {layout.name for item in session.items if (layout := _layout_of(item))}
-    run.selected = frozenset(selected) if session.items else None  # xdist controller: None
+    run.select(frozenset(selected) if session.items else None)  # xdist controller: None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -247,13 +212,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[N
     run = session.config.stash.get(RUN_KEY, None)
     if run is not None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:  # Ctrl-C, or SIGTERM turned into it
-            run.stopped_early = "interrupted (Ctrl-C or SIGTERM)"
+            run.stop_early("interrupted (Ctrl-C or SIGTERM)")
         elif session.shouldfail or session.shouldstop:
-            run.stopped_early = str(session.shouldfail or session.shouldstop)
+            run.stop_early(str(session.shouldfail or session.shouldstop))
     try:
         return (yield)
     finally:
-        if run is not None and not _is_worker(session.config):  # workers' layouts are on disk
+        if run is not None and not is_worker(session.config):  # workers' layouts are on disk
             run.finish()
 
 

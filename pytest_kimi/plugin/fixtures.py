@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_kimi.plugin.state import run_of
+
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout
     from pytest_kimi.config.points import Point
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
     from pytest_kimi.results.slo import Slo
     from pytest_kimi.run.search import Search
     from pytest_kimi.run.session import Run
-
-
-def run_of(config: pytest.Config) -> Run:
-    from pytest_kimi.plugin import run_of as get
-
-    return get(config)
 
 
 def marker_slos(item: pytest.Item) -> dict[str, Slo]:

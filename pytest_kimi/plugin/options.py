@@ -32,7 +32,22 @@ SWEEP_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def add_options(parser: pytest.Parser) -> None:
+    """The ``kimi`` group's options, by topic, in the order ``--help`` lists them; the ini keys."""
     group = parser.getgroup("kimi", "pytest-kimi: LLM-serving benchmarks as tests")
+    add_run_options(group)
+    add_baseline_options(group)
+    add_version_options(group)
+    add_workload_options(group)
+    add_history_options(group)
+    add_search_options(group)
+    add_display_options(group)
+    add_cleanup_options(group)
+    add_ini_keys(parser)
+
+
+def add_run_options(group: pytest.OptionGroup) -> None:
+    """What runs and where: layouts, the cluster, reports, SLOs, an attached
+    endpoint; a dry run or a pre-flight check instead of a run."""
     group.addoption(
         "--layout",
         dest="kimi_layout",
@@ -90,6 +105,11 @@ def add_options(parser: pytest.Parser) -> None:
         help="check every node's GPUs (count as in the cluster file, none busy), print a table "
         "per node, exit 0 when clean and 1 otherwise; start nothing, run no test",
     )
+
+
+def add_baseline_options(group: pytest.OptionGroup) -> None:
+    """Baselines: store this run as one, judge it against one, and the
+    regression thresholds."""
     group.addoption(
         "--kimi-save-baseline",
         dest="kimi_save_baseline",
@@ -112,6 +132,10 @@ def add_options(parser: pytest.Parser) -> None:
         help="regression thresholds, e.g. ttft_p95:10%%,tpot_mean:5%% (defaults: cluster YAML "
         "'regression', else ttft_p95:10%%,tpot_mean:5%%,output_throughput:5%%)",
     )
+
+
+def add_version_options(group: pytest.OptionGroup) -> None:
+    """The SGLang release the command lines are built for."""
     group.addoption(
         "--kimi-sglang-version",
         dest="kimi_sglang_version",
@@ -121,6 +145,11 @@ def add_options(parser: pytest.Parser) -> None:
         "what --kimi-dry-run builds command lines for, and the release the mock answers as "
         "(0.5.9 or 0.5.23; default: the newest); bring-up asks real nodes and follows them",
     )
+
+
+def add_workload_options(group: pytest.OptionGroup) -> None:
+    """What is sent: the data, its rows, the workload points (a list
+    sweeps), the prompt's form and its tokenizer."""
     group.addoption(
         "--kimi-dataset",
         dest="kimi_dataset",
@@ -171,6 +200,11 @@ def add_options(parser: pytest.Parser) -> None:
         help="local copy of the served model's tokenizer directory, for the chat template "
         "(default: server.args tokenizer-path, else server.model_path)",
     )
+
+
+def add_history_options(group: pytest.OptionGroup) -> None:
+    """The run history, and the regression gate that reads it (or the
+    baseline)."""
     group.addoption(
         "--kimi-history",
         dest="kimi_history",
@@ -204,6 +238,10 @@ def add_options(parser: pytest.Parser) -> None:
         help="--kimi-gate history: judge against the series from this run on (its run id or "
         "uid), accepting a change before it as the new level",
     )
+
+
+def add_search_options(group: pytest.OptionGroup) -> None:
+    """The search for the highest concurrency that meets every SLO."""
     group.addoption(
         "--kimi-find-max-concurrency",
         dest="kimi_find_max_concurrency",
@@ -212,6 +250,10 @@ def add_options(parser: pytest.Parser) -> None:
         "from the low end of --kimi-concurrency's range (one value N: from 1 to N), then "
         "bisection; adds test_max_concurrency[layout], the answer goes in the verdict table",
     )
+
+
+def add_display_options(group: pytest.OptionGroup) -> None:
+    """How progress is shown."""
     group.addoption(
         "--kimi-progress",
         dest="kimi_progress",
@@ -221,6 +263,10 @@ def add_options(parser: pytest.Parser) -> None:
         "tokens/s and cluster time per layout), plain lines, or none. Default auto: live on "
         "a terminal, plain lines when output is not a terminal, under xdist, or with -qq",
     )
+
+
+def add_cleanup_options(group: pytest.OptionGroup) -> None:
+    """What earlier runs left running on the nodes."""
     group.addoption(
         "--kimi-reap",
         dest="kimi_reap",
@@ -229,6 +275,10 @@ def add_options(parser: pytest.Parser) -> None:
         "from their pid files, checked against boot id and start time) instead of refusing "
         "to start",
     )
+
+
+def add_ini_keys(parser: pytest.Parser) -> None:
+    """Ini-file defaults of some of the options above."""
     parser.addini("kimi_layout", "default for --layout")
     parser.addini("kimi_cluster", "default for --cluster")
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")

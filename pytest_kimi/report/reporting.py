@@ -112,8 +112,8 @@ def write(
     folder.write_comparison(model, render_markdown(model), html)
     if model.get("pareto"):
         from pytest_kimi.report.comparison import PARETO_IMAGE
-        from pytest_kimi.report.html import svg
         from pytest_kimi.report.paretoplot import pareto_figure
+        from pytest_kimi.report.plots import svg
 
         folder.write_file(PARETO_IMAGE, svg(pareto_figure(model["pareto"])))
 

@@ -21,7 +21,7 @@ as gauges on the prefill side and never sets them (always 0): the report says so
 they are histograms observed once per request's transfer, with ``sglang:kv_transfer_total_mb``
 beside them: over the measured run, the transfers, their mean size and latency, and the
 throughput (all megabytes over all transfer time). Pure functions over metrics text and plain
-data; :mod:`pytest_kimi.run.measure` scrapes.
+data; :mod:`pytest_kimi.run.counters` scrapes.
 """
 
 from __future__ import annotations

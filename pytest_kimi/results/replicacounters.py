@@ -6,7 +6,7 @@ and their tokens (``--enable-metrics``; SGLang 0.5.9, srt/metrics/collector.py,
 ``TokenizerMetricsCollector``, label ``model_name``), and SGLang Router 0.3.x counts, per
 worker URL, the attempts it sent there (``smg_worker_cb_outcomes_total{worker, outcome}``,
 retries included). Reading both before and after the measured run gives the run's share of
-each. Pure functions over the metrics text and plain data; :mod:`pytest_kimi.run.measure` scrapes.
+each. Pure functions over the metrics text and plain data; :mod:`pytest_kimi.run.counters` scrapes.
 """
 
 from __future__ import annotations

@@ -20,17 +20,13 @@ kernel stamps each request's first segment as it arrives (``kernel_first``: SO_T
 server's own loop read the request, never the client's doing; each chunk keeps its scripted
 ``deadline`` beside its write stamps.
 
-Chunks are SGLang 0.5.9's. ``/generate``: cumulative ``text`` and ``meta_info``. Completions
-(``serving_completions.py``): ``text_completion`` chunks, a final usage chunk when
-``stream_options.include_usage`` asks. Chat (``serving_chat.py`` with a reasoning parser): a
-role chunk, ``delta.reasoning_content`` chunks, then ``delta.content`` chunks, a finish chunk,
-the usage chunk when asked (per-chunk usage with ``continuous_usage_stats``). It is a bare
-asyncio protocol rather than a web framework on purpose: arrival is stamped in
-``data_received`` and every chunk's write right around ``transport.write``, with no framework
-queueing in between. ``GET /truth`` returns what happened, per request, with the client's port;
-``GET /gets`` when every other GET (``/get_server_info``: bench_serving's last call) came in
-and was answered (just before and just after its write: the server may be preempted between
-its write and its stamp, while the client reads the answer).
+Chunks are SGLang 0.5.9's (:mod:`pytest_kimi.testing.scriptedchunks`). It is a bare asyncio
+protocol rather than a web framework on purpose: arrival is stamped in ``data_received`` and
+every chunk's write right around ``transport.write``, with no framework queueing in between.
+``GET /truth`` returns what happened, per request, with the client's port; ``GET /gets`` when
+every other GET (``/get_server_info``: bench_serving's last call) came in and was answered (just
+before and just after its write: the server may be preempted between its write and its stamp,
+while the client reads the answer).
 
 Run: ``python -m pytest_kimi.testing.scripted --port 31000 [--ttft-ms 50 --itl-ms 5]``.
 """
@@ -49,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kimi.testing.rawsocket import serve_raw
+from pytest_kimi.testing.scriptedchunks import API_CHUNKS, Chunks
 
 
 @dataclass
@@ -150,12 +147,8 @@ class _Protocol(asyncio.Protocol):
         self.transport.close()
 
     async def handle(self, method: str, path: str, body: bytes) -> None:
-        if method == "POST" and path == "/generate":
-            await self.generate(json.loads(body or b"{}"))
-        elif method == "POST" and path == "/v1/completions":
-            await self.completions(json.loads(body or b"{}"))
-        elif method == "POST" and path == "/v1/chat/completions":
-            await self.chat(json.loads(body or b"{}"))
+        if method == "POST" and path in API_CHUNKS:
+            await self.respond(API_CHUNKS[path], json.loads(body or b"{}"))
         elif path == "/truth":
             self._send("200 OK", "application/json", json.dumps(self.state.truth).encode())
         elif path == "/gets":
@@ -172,6 +165,16 @@ class _Protocol(asyncio.Protocol):
                                     "end": time.perf_counter()})  # fmt: skip
         else:
             self._send("404 Not Found", "text/plain", b"not found")
+
+    async def respond(self, api: type[Chunks], body: dict[str, Any]) -> None:
+        """Stream the request's script on ``api`` (:mod:`pytest_kimi.testing.scriptedchunks`)."""
+        text = api.prompt(body)
+        script = make_script(body, self.state.defaults, len(self.state.truth), text)
+        if not api.reasoning:  # /generate and completions have no reasoning field (0.5.9)
+            script["reasoning_tokens"] = 0
+        entry = self._entry(script, text)
+        chunks = api(body, entry)
+        await self._stream(entry, chunks.render, chunks.tail)
 
     def _entry(self, script: dict[str, Any], text: str) -> dict[str, Any]:
         """The request's truth record, appended to ``/truth`` at once."""
@@ -246,103 +249,6 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(b"0\r\n\r\n")
         else:
             self.transport.close()
-
-    async def generate(self, body: dict[str, Any]) -> None:
-        text = body.get("text") or ""
-        script = make_script(body, self.state.defaults, len(self.state.truth), text)
-        script["reasoning_tokens"] = 0  # /generate has no reasoning field (SGLang 0.5.9)
-        entry = self._entry(script, text)
-        total = script["max_new_tokens"]
-
-        def render(done: int, n: int, kind: str) -> bytes:
-            meta = {
-                "id": str(entry["index"]),
-                "prompt_tokens": entry["prompt_tokens"],
-                "completion_tokens": done,
-                "finish_reason": {"type": "length", "length": done} if done == total else None,
-            }
-            return f"data: {json.dumps({'text': ' tok' * done, 'meta_info': meta})}\n\n".encode()
-
-        await self._stream(entry, render)
-
-    async def completions(self, body: dict[str, Any]) -> None:
-        prompt = body.get("prompt") or ""
-        text = prompt if isinstance(prompt, str) else str(prompt)
-        script = make_script(body, self.state.defaults, len(self.state.truth), text)
-        script["reasoning_tokens"] = 0  # completions have no reasoning field (SGLang 0.5.9)
-        entry = self._entry(script, text)
-        options = body.get("stream_options") or {}
-        rid, model = f"cmpl-{entry['index']}", body.get("model", "default")
-        created, total = int(time.time()), script["max_new_tokens"]
-
-        def render(done: int, n: int, kind: str) -> bytes:
-            choice = {"index": 0, "text": " tok" * n, "logprobs": None,
-                      "finish_reason": "length" if done == total else None,
-                      "matched_stop": None}  # fmt: skip
-            usage = _usage(entry, done) if options.get("continuous_usage_stats") else None
-            data = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                    "choices": [choice], "usage": usage}  # fmt: skip
-            return f"data: {json.dumps(data)}\n\n".encode()
-
-        def tail(done: int) -> bytes:
-            if not options.get("include_usage"):
-                return b""
-            usage = {k: v for k, v in _usage(entry, done).items() if v is not None}
-            data = {
-                "id": rid,
-                "object": "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": usage,
-            }  # fmt: skip  (exclude_none, as 0.5.9)
-            return f"data: {json.dumps(data)}\n\n".encode()
-
-        await self._stream(entry, render, tail)
-
-    async def chat(self, body: dict[str, Any]) -> None:
-        messages = body.get("messages") or []
-        text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-        script = make_script(body, self.state.defaults, len(self.state.truth), text)
-        entry = self._entry(script, text)
-        options = body.get("stream_options") or {}
-        rid, model = f"chatcmpl-{entry['index']}", body.get("model", "default")
-
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
-            data = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
-                    "model": model, "choices": choices, "usage": usage}  # fmt: skip
-            return f"data: {json.dumps(data)}\n\n".encode()
-
-        def render(done: int, n: int, kind: str) -> bytes:
-            delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
-            delta["reasoning_content" if kind == "reasoning" else "content"] = " tok" * n
-            first = b""
-            if done == n:  # SGLang's role chunk goes out with the first generated text
-                role = {**delta, "role": "assistant", "content": "", "reasoning_content": None}
-                first = chunk([_choice(role)], None)
-            per_chunk = _usage(entry, done) if options.get("continuous_usage_stats") else None
-            return first + chunk([_choice(delta)], per_chunk)
-
-        def tail(done: int) -> bytes:
-            empty = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
-            out = chunk([_choice(empty, "length")], None)
-            if options.get("include_usage"):
-                out += chunk([], _usage(entry, done))
-            return out
-
-        await self._stream(entry, render, tail)
-
-
-def _usage(entry: dict[str, Any], done: int) -> dict[str, Any]:
-    """SGLang 0.5.9's ``UsageInfo`` (its chat never fills ``reasoning_tokens``)."""
-    prompt = entry["prompt_tokens"]
-    return {"prompt_tokens": prompt, "total_tokens": prompt + done, "completion_tokens": done,
-            "prompt_tokens_details": None, "reasoning_tokens": 0}  # fmt: skip
-
-
-def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-            "matched_stop": None}  # fmt: skip
 
 
 async def serve(host: str, port: int, defaults: Defaults) -> None:

@@ -22,69 +22,29 @@ reported. A hold nobody releases (a request lost to a fault) is dropped after
 dropped too. Holding is always safe for accuracy: a frozen clock only costs wall time.
 
 The state is one small file under a lock (``flock``): every process on the machine that
-opens the same path shares it. Without a path (a real cluster, an SSH mock) there is no
-shared clock, and the client uses wall time (:class:`WallClock` in
-:mod:`pytest_kimi.workload.clocks`).
+opens the same path shares it (:mod:`pytest_kimi.workload.clockfile`). Without a path (a real
+cluster, an SSH mock) there is no shared clock, and the client uses wall time
+(:class:`WallClock` in :mod:`pytest_kimi.workload.clocks`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import math
-import mmap
 import os
-import struct
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_kimi.workload.clockfile import SLOTS, ClockFile, ClockState, write_new
 from pytest_kimi.workload.pids import pid_alive
 
-MAGIC = b"kimiclk4"
-# magic, seq, then the state: scale, anchor_wall, anchor_cluster, holds, changed_wall,
-# attached, stalls, held_wall, bound_wall, bound (the earliest slot's), held_since (wall, while
-# held), longest_hold (wall seconds), origin_wall (wall time at cluster time 0), taken (requests
-# engines took in while a client took part)
-_HEADER = struct.Struct("<8sq")
-_STATE = struct.Struct("<dddqdqqddddddq")
-SLOTS = 32  # per slot: pid, bound (cluster seconds; inf: none)
-_ALL_SLOTS = struct.Struct("<" + "qd" * SLOTS)
-_SLOTS_AT = _HEADER.size + _STATE.size
-SIZE = _SLOTS_AT + _ALL_SLOTS.size
 HOLD_STALL_S = 2.0  # wall seconds a hold may stand with nothing changing (a busy 2-core
 # machine has held one 0.4 s while a burst of 16K-token requests went out one by one)
 BOUND_STALL_S = 0.2  # wall seconds at a bound before its owner's life is checked
 INF = math.inf
-
-
-@dataclass
-class _State:
-    scale: float
-    anchor_wall: float
-    anchor_cluster: float
-    holds: int
-    changed_wall: float
-    attached: int
-    stalls: int
-    held_wall: float
-    bound_wall: float
-    bound: float  # the earliest slot's bound (kept with the state: readers skip the slots)
-    held_since: float  # wall time the current hold began (holds > 0)
-    longest_hold: float  # wall seconds of the longest single stretch held
-    origin_wall: float  # the monotonic wall clock when the clock was made (cluster time 0)
-    taken: int  # requests an engine took in (arrive) while a client took part
-    slots: list[tuple[int, float]]  # empty in a reader's copy
-
-    def cluster_at(self, wall: float) -> float:
-        """The clock's reading at ``wall``: frozen while held, else running up to the bound."""
-        if self.holds > 0:
-            return self.anchor_cluster
-        running = self.anchor_cluster + (wall - self.anchor_wall) * self.scale
-        return max(self.anchor_cluster, min(running, self.bound))
 
 
 @dataclass(frozen=True)
@@ -105,17 +65,8 @@ class SharedClock:
     def __init__(self, path: str | Path, wall: Callable[[], float] = time.monotonic) -> None:
         self.path, self.wall = Path(path), wall
         self._slot: int | None = None
-        self._fd = os.open(self.path, os.O_RDWR)
-        self._closer = weakref.finalize(self, os.close, self._fd)  # exactly once
-        try:
-            self._map = mmap.mmap(self._fd, SIZE)
-        except (OSError, ValueError):
-            self._closer()
-            raise
-        if bytes(self._map[:8]) != MAGIC:
-            self.close()
-            raise ValueError(f"{self.path}: not a mock clock file")
-        first = self._peek()
+        self._file = ClockFile(self.path)
+        first = self._file.peek()
         self.scale, self.origin = first.scale, first.origin_wall
         self._bound = INF  # this process's slot's bound, as last written
 
@@ -128,29 +79,24 @@ class SharedClock:
             raise ValueError(f"time scale must be > 0, got {scale!r}")
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
         now = wall()
-        state = _State(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now, 0,
-                       [(0, INF)] * SLOTS)  # fmt: skip
-        tmp.write_bytes(_HEADER.pack(MAGIC, 0) + _pack(state))
-        os.replace(tmp, target)
+        state = ClockState(scale, now, 0.0, 0, now, 0, 0, 0.0, 0.0, INF, 0.0, 0.0, now, 0,
+                           [(0, INF)] * SLOTS)  # fmt: skip
+        write_new(target, state)
         return cls(target, wall)
 
     def close(self) -> None:
         if self._slot is not None:
             with contextlib.suppress(ValueError, OSError):
                 self.leave()
-        with contextlib.suppress(ValueError, OSError):
-            self._map.close()
-        with contextlib.suppress(OSError):
-            self._closer()
+        self._file.close()
 
     # -- reading -------------------------------------------------------------------------
     def cluster_now(self) -> float:
         """Cluster seconds since the clock was created."""
-        state = self._peek()
+        state = self._file.peek()
         wall = self.wall()
-        if self._stuck(state, wall):
+        if _stuck(state, wall):
             return self._update(lambda s: None)
         return state.cluster_at(wall)
 
@@ -163,19 +109,19 @@ class SharedClock:
         return self.origin + self.cluster_now() / self.scale
 
     def held(self) -> bool:
-        return self._peek().holds > 0
+        return self._file.peek().holds > 0
 
     def taken(self) -> int:
         """How many requests engines have taken in (:meth:`arrive`) while a client took part:
         a client sending one request at a time knows its request arrived when this grows."""
-        return self._peek().taken
+        return self._file.peek().taken
 
     def attached(self) -> bool:
         """Whether a client takes part (holds for tokens are only taken while one does)."""
-        return self._peek().attached > 0
+        return self._file.peek().attached > 0
 
     def stats(self) -> Stats:
-        s = self._peek()
+        s = self._file.peek()
         return Stats(s.held_wall, s.bound_wall, s.stalls, s.longest_hold)
 
     # -- holding -------------------------------------------------------------------------
@@ -195,7 +141,7 @@ class SharedClock:
             return False
         took = [False]
 
-        def change(s: _State) -> None:
+        def change(s: ClockState) -> None:
             if s.attached > 0 and n > 0:
                 s.holds += n
                 took[0] = True
@@ -215,7 +161,7 @@ class SharedClock:
         finally:
             self.leave()
 
-            def detach(s: _State) -> None:
+            def detach(s: ClockState) -> None:
                 s.attached = max(0, s.attached - 1)
                 if s.attached == 0:
                     s.holds = 0
@@ -243,7 +189,7 @@ class SharedClock:
     def join(self) -> None:
         """Take a slot for this process's bound (a free one, or one whose process died)."""
 
-        def claim(s: _State) -> None:
+        def claim(s: ClockState) -> None:
             for i, (pid, _) in enumerate(s.slots):
                 if pid == 0 or not pid_alive(pid):
                     s.slots[i] = (os.getpid(), INF)
@@ -281,7 +227,7 @@ class SharedClock:
             raise RuntimeError("arrive() before join()")
         seen = [0.0]
 
-        def change(s: _State) -> None:
+        def change(s: ClockState) -> None:
             now = s.anchor_cluster  # _update re-anchored at this instant
             pid, old = s.slots[slot]
             s.slots[slot] = (pid, min(old, now))
@@ -295,83 +241,51 @@ class SharedClock:
         return seen[0]
 
     # -- internals ---------------------------------------------------------------------------
-    def _stuck(self, state: _State, wall: float) -> bool:
-        """A hold standing too long with nothing changing, or (perhaps: a reader's copy has
-        no slots; :meth:`_update` looks again with them) a bound whose owner is gone."""
-        idle = wall - state.changed_wall
-        if state.holds > 0:
-            return idle > HOLD_STALL_S
-        if idle <= BOUND_STALL_S or state.cluster_at(wall) < state.bound:
-            return False
-        return _dead_bounds(state) if state.slots else True
-
-    def _update(self, change: Callable[[_State], None]) -> float:
+    def _update(self, change: Callable[[ClockState], None]) -> float:
         """Re-anchor at now under the old state, apply ``change``; return the reading."""
-        with self._locked(fcntl.LOCK_EX):
-            s = self._read_all()
+        with self._file.locked():
+            s = self._file.read_all()
             wall = self.wall()
-            stuck = self._stuck(s, wall)
-            _account(s, wall)
-            s.anchor_cluster, s.anchor_wall = s.cluster_at(wall), wall
-            if stuck:
-                if s.holds > 0:
-                    s.longest_hold = max(s.longest_hold, wall - s.held_since)
-                _unstick(s)
-                s.changed_wall = wall  # the reading restarts from here
-            before = (s.holds, s.bound, s.attached)
-            change(s)
-            s.bound = min((b for pid, b in s.slots if pid), default=INF)
-            if (s.holds, s.bound, s.attached) != before:
-                s.changed_wall = wall
-            if before[0] == 0 and s.holds > 0:
-                s.held_since = wall
-            elif before[0] > 0 and s.holds == 0:
-                s.longest_hold = max(s.longest_hold, wall - s.held_since)
-            self._write(s)
+            _apply(s, wall, change)
+            self._file.write(s)
             return s.cluster_at(wall)
 
-    @contextlib.contextmanager
-    def _locked(self, how: int) -> Iterator[None]:
-        fcntl.flock(self._fd, how)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _peek(self) -> _State:
-        """The state without the slots, read without a lock: a sequence number that a writer
-        makes odd while it writes, read before and after (a seqlock), says the copy is whole."""
-        while True:
-            before = _HEADER.unpack_from(self._map, 0)[1]
-            values = _STATE.unpack_from(self._map, _HEADER.size)
-            if before % 2 == 0 and _HEADER.unpack_from(self._map, 0)[1] == before:
-                return _State(*values, slots=[])
-
-    def _read_all(self) -> _State:
-        """The whole state with the slots (the caller holds the lock)."""
-        values = _STATE.unpack_from(self._map, _HEADER.size)
-        flat = _ALL_SLOTS.unpack_from(self._map, _SLOTS_AT)
-        return _State(*values, slots=list(zip(flat[::2], flat[1::2], strict=True)))
-
-    def _write(self, s: _State) -> None:
-        """Under the lock: odd sequence number, the state, even again."""
-        seq = _HEADER.unpack_from(self._map, 0)[1]
-        _HEADER.pack_into(self._map, 0, MAGIC, seq + 1)
-        self._map[_HEADER.size :] = _pack(s)
-        _HEADER.pack_into(self._map, 0, MAGIC, seq + 2)
+def _apply(s: ClockState, wall: float, change: Callable[[ClockState], None]) -> None:
+    """Re-anchor ``s`` at ``wall`` (what stood still since counted by cause; a stuck hold or
+    a dead process's bound let go), apply ``change``, and keep the earliest bound, the time of
+    the last change and the longest hold up to date."""
+    stuck = _stuck(s, wall)
+    _account(s, wall)
+    s.anchor_cluster, s.anchor_wall = s.cluster_at(wall), wall
+    if stuck:
+        if s.holds > 0:
+            s.longest_hold = max(s.longest_hold, wall - s.held_since)
+        _unstick(s)
+        s.changed_wall = wall  # the reading restarts from here
+    before = (s.holds, s.bound, s.attached)
+    change(s)
+    s.bound = min((b for pid, b in s.slots if pid), default=INF)
+    if (s.holds, s.bound, s.attached) != before:
+        s.changed_wall = wall
+    if before[0] == 0 and s.holds > 0:
+        s.held_since = wall
+    elif before[0] > 0 and s.holds == 0:
+        s.longest_hold = max(s.longest_hold, wall - s.held_since)
 
 
-def _pack(s: _State) -> bytes:
-    """The state and its slots, as they sit after the header."""
-    head = _STATE.pack(
-        s.scale, s.anchor_wall, s.anchor_cluster, s.holds, s.changed_wall,
-        s.attached, s.stalls, s.held_wall, s.bound_wall, s.bound, s.held_since, s.longest_hold,
-        s.origin_wall, s.taken,
-    )  # fmt: skip
-    return head + _ALL_SLOTS.pack(*(x for slot in s.slots for x in slot))
+def _stuck(state: ClockState, wall: float) -> bool:
+    """A hold standing too long with nothing changing, or (perhaps: a reader's copy has no
+    slots; :meth:`SharedClock._update` looks again with them) a bound whose owner is gone."""
+    idle = wall - state.changed_wall
+    if state.holds > 0:
+        return idle > HOLD_STALL_S
+    if idle <= BOUND_STALL_S or state.cluster_at(wall) < state.bound:
+        return False
+    return _dead_bounds(state) if state.slots else True
 
 
-def _account(s: _State, wall: float) -> None:
+def _account(s: ClockState, wall: float) -> None:
     """Add the wall time since the anchor that the clock stood still, by cause."""
     span = max(0.0, wall - s.anchor_wall)
     if s.holds > 0:
@@ -383,7 +297,7 @@ def _account(s: _State, wall: float) -> None:
         s.bound_wall += max(0.0, span - running)
 
 
-def _unstick(s: _State) -> None:
+def _unstick(s: ClockState) -> None:
     if s.holds > 0:
         s.holds = 0
         s.stalls += 1
@@ -393,5 +307,5 @@ def _unstick(s: _State) -> None:
             s.stalls += 1
 
 
-def _dead_bounds(s: _State) -> bool:
+def _dead_bounds(s: ClockState) -> bool:
     return any(pid and b < INF and not pid_alive(pid) for pid, b in s.slots)

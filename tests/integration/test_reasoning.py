@@ -41,7 +41,8 @@ import orjson
 
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.results.metrics import per_request_ms, summarize
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, _StreamParser, run_requests
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.stream import StreamParser
 
 TTFT_TOLERANCE_MS = 1.0
 TPOT_TOLERANCE_MS = 0.05
@@ -158,8 +159,8 @@ def test_mock_reasoning_flag_streams_sglang_reasoning_chunks(spawn, mock_cmd):
         assert record.first_answer_time == record.chunks[5].time
 
 
-def _feed_all(api: str, events: list[dict]) -> tuple[_StreamParser, list[tuple[int, bool]]]:
-    parser = _StreamParser(api)
+def _feed_all(api: str, events: list[dict]) -> tuple[StreamParser, list[tuple[int, bool]]]:
+    parser = StreamParser(api)
     return parser, [parser.feed(e) for e in events]
 
 

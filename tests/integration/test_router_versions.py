@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import load_cluster
-from pytest_kimi.deploy.deployment import BringUpError, Deployment
+from pytest_kimi.deploy.deployment import Deployment
 from pytest_kimi.deploy.executor import LocalExecutor
 from pytest_kimi.deploy.plan import plan_deployment
+from pytest_kimi.deploy.waits import BringUpError
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from pytest_kimi.config.versions import NEWEST_SGLANG, SGLangProfile
 from pytest_kimi.deploy.plan import free_port
 from pytest_kimi.mock.speculative import A_MAX, A_MIN, accept_length
 from pytest_kimi.results.replicacounters import SPEC_ACCEPT_LENGTH, server_totals
-from pytest_kimi.workload.client import _StreamParser
 from pytest_kimi.workload.dataset import load_workload, resolve_dataset
+from pytest_kimi.workload.stream import StreamParser
 
 NEW_TOKENS = 200
 
@@ -82,7 +82,7 @@ def test_meta_info_carries_sglangs_spec_keys_on_the_finished_request(eagle, tier
              for a, b in itertools.pairwise(chunks)]  # fmt: skip
     assert set(steps) <= {1, 2, 3, 4} and max(steps) > 1
     # what the product's client keeps of it
-    parser = _StreamParser("generate")
+    parser = StreamParser("generate")
     for chunk in chunks:
         parser.feed(chunk)
     assert (parser.spec_verify_ct, parser.spec_accept_length) == (

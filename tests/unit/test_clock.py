@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from pytest_kimi.workload import sharedclock as clock_mod
+from pytest_kimi.workload.clockfile import SIZE
 from pytest_kimi.workload.sharedclock import INF, SharedClock
 
 
@@ -173,7 +174,7 @@ def test_a_live_process_bound_stays_however_long(tmp_path, wall, clock):
 
 def test_not_a_clock_file_is_refused(tmp_path):
     bad = tmp_path / "x"
-    bad.write_bytes(b"\0" * clock_mod.SIZE)
+    bad.write_bytes(b"\0" * SIZE)
     with pytest.raises(ValueError, match="not a mock clock file"):
         SharedClock(bad)
 

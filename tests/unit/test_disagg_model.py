@@ -11,10 +11,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_kimi.mock.bootstrap import bootstrap_app
-from pytest_kimi.mock.disagg import STAGE_BUCKETS, Bootstrap, BootstrapError, StageLatencies
+from pytest_kimi.mock.disagg import Bootstrap, BootstrapError
 from pytest_kimi.mock.kvlink import Link, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.scheduler import ReplicaSim
+from pytest_kimi.mock.stagelatency import STAGE_BUCKETS, StageLatencies
 
 # Kimi K2's config.json: kv_lora_rank 512, qk_rope_head_dim 64, 61 layers; BF16 KV cache
 K2_LATENT, K2_ROPE, K2_LAYERS, BF16 = 512, 64, 61, 2
@@ -77,7 +78,7 @@ def test_a_request_landing_mid_step_waits_for_the_step_to_end():
     sim = _sim()
     sim.add_prebuilt("a", 16384, 50, 0.0)
     sim.advance(0.0)  # a's first token, then its first decode step is in flight
-    step_end = sim.in_flight[0].done_at
+    step_end = sim.pipeline.in_flight[0].done_at
     sim.add_prebuilt("b", 16384, 2, step_end / 2)
     while sim.requests["b"].first_token_at is None:
         sim.advance(sim.next_event_time())

@@ -168,20 +168,17 @@ def test_the_command_line_names_what_is_not_there(
 def test_a_history_that_cannot_be_written_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_kimi.run.session import Run
+    from pytest_kimi.judge.runhistory import RunHistory
 
     said: list[str] = []
     folder = tmp_path / "a-folder"
     folder.mkdir()  # where the history file should be: a folder cannot take it
-    fake = SimpleNamespace(
-        inputs=SimpleNamespace(
-            history_path=folder, options=SimpleNamespace(commit=None),
-            cluster=SimpleNamespace(name="local", sha256="ab" * 32),
-            backend="mock", time_scale=40.0,
-        ),
-        folder=SimpleNamespace(name="20261205-010000-local-dp2"),
-        say=said.append,
+    inputs = SimpleNamespace(
+        history_path=folder, options=SimpleNamespace(commit=None),
+        cluster=SimpleNamespace(name="local", sha256="ab" * 32),
+        backend="mock", time_scale=40.0,
     )  # fmt: skip
-    Run._add_to_history(fake, [], {"incomplete": [], "setup": {}})  # type: ignore[arg-type]
+    history = RunHistory(inputs, said.append)  # type: ignore[arg-type]
+    history.append("20261205-010000-local-dp2", [], {"incomplete": [], "setup": {}})
     [line] = said
     assert line.startswith(f"[kimi] history NOT written: {folder}: ")

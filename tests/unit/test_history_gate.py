@@ -211,7 +211,7 @@ def test_the_command_line_lists_every_change_point(
 
 def test_the_reports_trend_marks_the_change_and_the_noise_band(tmp_path: Path) -> None:
     from pytest_kimi.judge.history.trend import report_trends
-    from pytest_kimi.report.html import svg
+    from pytest_kimi.report.plots import svg
     from pytest_kimi.report.trendplot import trend_caption, trend_figure
 
     store = _store(tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kimi.results.records import RequestRecord
-from pytest_kimi.run.measure import client_turnaround, prompt_length_notes, turnaround_notes
+from pytest_kimi.run.notes import client_turnaround, prompt_length_notes, turnaround_notes
 
 
 def _rec(i: int, prompt_tokens: int | None, warmup: bool = False) -> RequestRecord:

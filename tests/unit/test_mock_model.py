@@ -161,7 +161,7 @@ def test_pp_keeps_several_micro_batches_in_flight():
     sim.advance(0.0)
     t = sim.next_event_time()
     sim.advance(t)  # stage 0 frees before the first batch leaves the last stage
-    assert len(sim.in_flight) >= 2
+    assert len(sim.pipeline.in_flight) >= 2
 
 
 def test_max_running_caps_admission():

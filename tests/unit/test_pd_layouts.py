@@ -327,7 +327,7 @@ def test_the_warm_up_tells_each_side_that_no_kv_moves() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from types import SimpleNamespace
 
-    from pytest_kimi.run.bringup import FAKE_BOOTSTRAP_HOST, warm_replicas
+    from pytest_kimi.deploy.poststart import FAKE_BOOTSTRAP_HOST, warm_replicas
 
     bodies: list[tuple[int, dict]] = []
 

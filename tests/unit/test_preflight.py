@@ -156,7 +156,7 @@ def test_bring_up_checks_server_nodes_and_records_them_for_the_manifest():
     from types import SimpleNamespace
 
     from pytest_kimi.deploy.plan import plan_deployment
-    from pytest_kimi.run.bringup import gpu_preflight
+    from pytest_kimi.deploy.prestart import gpu_preflight
 
     cluster = _cluster()
     plan = plan_deployment(cluster, cluster.layouts["tp32"], ports=iter(range(40000, 40100)))

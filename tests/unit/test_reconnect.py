@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import Node
-from pytest_kimi.config.cluster import SSHConfig
+from pytest_kimi.config.topology import SSHConfig
 from pytest_kimi.deploy.backoff import Backoff, Patience, retrying
 from pytest_kimi.deploy.plan import ProcessSpec
-from pytest_kimi.deploy.ssh import NodeError, NodeUnreachable, SSHExecutor
+from pytest_kimi.deploy.ssh import SSHExecutor
+from pytest_kimi.deploy.sshconnections import NodeError, NodeUnreachable
 
 
 class Clock:
@@ -167,7 +168,7 @@ class Net:
 
 def executor(net: Net, clock: Clock) -> SSHExecutor:
     ex = SSHExecutor("/w", "run/tp", environ={})
-    ex.patience = Patience(NodeUnreachable, clock=clock, sleep=clock.sleep)
+    ex.connections.patience = Patience(NodeUnreachable, clock=clock, sleep=clock.sleep)
 
     def open_(node: Node) -> FakeConn:
         if net.connect_failures > 0:
@@ -175,10 +176,10 @@ def executor(net: Net, clock: Clock) -> SSHExecutor:
             raise NodeUnreachable(f"node {node.name} ({node.host}): unreachable: no route")
         net.opened += 1
         conn = FakeConn(net)
-        ex._conns[node.name] = conn
+        ex.connections._conns[node.name] = conn
         return conn
 
-    ex._open = open_  # type: ignore[method-assign]
+    ex.connections._open = open_  # type: ignore[method-assign]
     return ex
 
 
@@ -226,7 +227,7 @@ def test_a_refused_connect_is_not_retried():
     def refuse(node: Node):
         raise NodeError("node n1 (10.0.0.1): SSH authentication refused")
 
-    ex._open = refuse  # type: ignore[method-assign]
+    ex.connections._open = refuse  # type: ignore[method-assign]
     with pytest.raises(NodeError, match="refused"):
         ex.run(NODE, "true")
     assert clock.slept == []

@@ -7,7 +7,9 @@ from html.parser import HTMLParser
 import numpy as np
 
 from pytest_kimi.report.comparison import LayoutResult, build_comparison
-from pytest_kimi.report.html import PLOT_IDS, UNATTRIBUTED, render_html, timeline_rows
+from pytest_kimi.report.html import render_html
+from pytest_kimi.report.plots import PLOT_IDS
+from pytest_kimi.report.timelineplot import UNATTRIBUTED, timeline_rows
 from pytest_kimi.results.metrics import summarize
 from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.results.replicacounters import ReplicaCounters

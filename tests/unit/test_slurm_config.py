@@ -13,7 +13,8 @@ from pytest_kimi.config import ConfigError, load_cluster
 from pytest_kimi.config.cluster import SUBMIT_HOST
 from pytest_kimi.deploy.listing import describe
 from pytest_kimi.deploy.plan import plan_deployment
-from pytest_kimi.deploy.slurm import SlurmExecutor, salloc_argv, srun_argv
+from pytest_kimi.deploy.slurm import SlurmExecutor
+from pytest_kimi.deploy.slurmargv import salloc_argv, srun_argv
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "clusters" / "slurm-example.yaml"
 

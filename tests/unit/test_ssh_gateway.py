@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pytest_kimi.config import Node, SSHConfig
-from pytest_kimi.deploy.ssh import NodeError, SSHExecutor
+from pytest_kimi.deploy.ssh import SSHExecutor
+from pytest_kimi.deploy.sshconnections import NodeError
 
 
 class _Accept(paramiko.ServerInterface):
@@ -91,7 +92,7 @@ def test_a_jump_host_whose_key_is_not_in_known_hosts_is_refused_naming_it(tmp_pa
     message = str(info.value)
     assert message.startswith(f"node node602 (10.213.0.12): jump host kimi@127.0.0.1:{port}: ")
     assert "host key not found in" in message and str(tmp_path / "known_hosts") in message
-    assert executor._gateways == {}  # nothing kept open
+    assert executor.connections._gateways == {}  # nothing kept open
 
 
 def test_a_jump_host_with_another_key_is_a_mismatch_naming_it(tmp_path, jump_host):
@@ -106,8 +107,9 @@ def test_a_known_jump_host_is_opened_once_and_closed_with_the_executor(tmp_path,
     port, host_key = jump_host
     node, kwargs, known_hosts = _setup(tmp_path, port, known=host_key)
     executor = SSHExecutor("/tmp/w", "run", environ={})
-    gateway = executor._gateway(node, kwargs, known_hosts)
+    connections = executor.connections
+    gateway = connections._gateway(node, kwargs, known_hosts)
     assert gateway.is_connected
-    assert executor._gateway(node, kwargs, known_hosts) is gateway  # shared by its nodes
+    assert connections._gateway(node, kwargs, known_hosts) is gateway  # shared by its nodes
     executor.close()
-    assert not gateway.is_connected and executor._gateways == {}
+    assert not gateway.is_connected and connections._gateways == {}

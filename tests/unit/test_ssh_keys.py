@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from pytest_kimi.config import Node, SSHConfig
-from pytest_kimi.deploy.ssh import NodeError, SSHExecutor
+from pytest_kimi.deploy.ssh import SSHExecutor
+from pytest_kimi.deploy.sshconnections import NodeError
 
 SECRET = "correct horse battery staple"
 
@@ -38,14 +39,15 @@ def _node(key: Path, passphrase_env: str | None = None) -> Node:
 def test_encrypted_key_is_loaded_once_with_the_passphrase_from_the_named_variable(tmp_path):
     key = _key_file(tmp_path / "id", SECRET)
     executor = SSHExecutor("/tmp/w", "run", environ={"KEY_PASS": SECRET})
-    first = executor._key(_node(key, "KEY_PASS"))
+    first = executor.connections.keys.key(_node(key, "KEY_PASS"))
     assert isinstance(first, paramiko.Ed25519Key)
-    assert executor._key(_node(key, "KEY_PASS")) is first  # no second KDF run
+    assert executor.connections.keys.key(_node(key, "KEY_PASS")) is first  # no second KDF run
 
 
 def test_plain_key_needs_no_passphrase(tmp_path):
     key = _key_file(tmp_path / "id", None)
-    assert isinstance(SSHExecutor("/tmp/w", "run", environ={})._key(_node(key)), paramiko.PKey)
+    keys = SSHExecutor("/tmp/w", "run", environ={}).connections.keys
+    assert isinstance(keys.key(_node(key)), paramiko.PKey)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +65,7 @@ def test_key_problems_name_node_and_cause_never_the_passphrase(
     key = _key_file(tmp_path / "id", SECRET)
     executor = SSHExecutor("/tmp/w", "run", environ=environ)
     with pytest.raises(NodeError) as info:
-        executor._key(_node(key, passphrase_env))
+        executor.connections.keys.key(_node(key, passphrase_env))
     message = str(info.value)
     assert message.startswith("node node603 (192.0.2.3): ") and expected in message
     assert SECRET not in message
@@ -72,7 +74,7 @@ def test_key_problems_name_node_and_cause_never_the_passphrase(
 def test_missing_key_file_is_named(tmp_path):
     executor = SSHExecutor("/tmp/w", "run", environ={})
     with pytest.raises(NodeError, match=r"SSH key .*/absent cannot be read: No such file"):
-        executor._key(_node(tmp_path / "absent"))
+        executor.connections.keys.key(_node(tmp_path / "absent"))
 
 
 def test_a_node_that_failed_to_connect_fails_fast_afterwards(tmp_path):

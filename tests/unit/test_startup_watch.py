@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import load_cluster
-from pytest_kimi.deploy.deployment import BringUpError, Deployment
+from pytest_kimi.deploy.deployment import Deployment
 from pytest_kimi.deploy.executor import Handle
 from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.deploy.startup import StallError, StartupWatch
+from pytest_kimi.deploy.waits import BringUpError
 
 SMALL = Path(__file__).parents[1] / "integration" / "small_cluster.yaml"
 

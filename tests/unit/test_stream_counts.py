@@ -12,7 +12,7 @@ import json
 
 from pytest_kimi.results.metrics import unplaced_token_notes
 from pytest_kimi.results.records import Chunk, RequestRecord
-from pytest_kimi.workload.client import _read_events, _StreamParser, payload
+from pytest_kimi.workload.stream import StreamParser, payload, read_events
 
 
 def _gen(text: str, done: int) -> dict:
@@ -35,7 +35,7 @@ def test_openai_requests_ask_for_a_count_in_every_chunk() -> None:
 
 
 def test_merged_completion_tokens_are_counted_by_the_usage_in_each_chunk() -> None:
-    parser = _StreamParser("completions")
+    parser = StreamParser("completions")
     fed = [parser.feed(e) for e in (
         _completion(" a", 1), _completion(" b c", 3), _completion(" d", 4),
         _completion("", 4), _completion(None, 4),
@@ -46,14 +46,14 @@ def test_merged_completion_tokens_are_counted_by_the_usage_in_each_chunk() -> No
 
 def test_a_generate_token_without_text_comes_with_the_next_chunk() -> None:
     # the first token decoded to "" (a special token): counted by the server, no text yet
-    parser = _StreamParser("generate")
+    parser = StreamParser("generate")
     fed = [parser.feed(e) for e in (_gen("", 1), _gen(" a", 2), _gen(" a b", 3))]
     assert [tokens for tokens, _ in fed] == [0, 2, 1]
     assert sum(tokens for tokens, _ in fed) == parser.completion_tokens == 3
 
 
 def test_an_openai_token_without_text_comes_with_the_next_chunk() -> None:
-    parser = _StreamParser("completions")
+    parser = StreamParser("completions")
     fed = [parser.feed(e) for e in (
         _completion(" a", 1), _completion("", 2), _completion(" b", 3),
     )]  # fmt: skip
@@ -61,7 +61,7 @@ def test_an_openai_token_without_text_comes_with_the_next_chunk() -> None:
 
 
 def test_tokens_counted_after_the_last_text_are_unstreamed() -> None:
-    parser = _StreamParser("completions")
+    parser = StreamParser("completions")
     for event in (_completion(" a", 1), _completion(" b", 2), _completion("", 3),
                   _completion(None, 3)):  # fmt: skip
         parser.feed(event)
@@ -71,14 +71,14 @@ def test_tokens_counted_after_the_last_text_are_unstreamed() -> None:
 def test_without_counts_per_chunk_nothing_is_placed_at_the_end() -> None:
     # a server that ignores continuous_usage_stats: one token per text chunk, then a total;
     # the difference may be merged tokens anywhere, so it is not invented into a chunk
-    parser = _StreamParser("completions")
+    parser = StreamParser("completions")
     for event in (_completion(" a", None), _completion(" b c", None), _completion(None, 3)):
         parser.feed(event)
     assert parser.completion_tokens == 3 and parser.unstreamed() == 0
 
 
 class _Response:
-    """What :func:`_read_events` reads of an httpx response: its body, in given reads."""
+    """What :func:`read_events` reads of an httpx response: its body, in given reads."""
 
     def __init__(self, reads: list[bytes]) -> None:
         self.reads = reads
@@ -108,8 +108,8 @@ def test_a_trailing_token_without_text_is_a_last_chunk_at_its_count() -> None:
         b"data: [DONE]\n\n",
     ]
     record = RequestRecord(index=0, prompt_id="p", nominal_input_tokens=5, max_output_tokens=3)
-    parser = _StreamParser("completions")
-    done = asyncio.run(_read_events(_Response(reads), parser, record, lambda: next(times),
+    parser = StreamParser("completions")
+    done = asyncio.run(read_events(_Response(reads), parser, record, lambda: next(times),
                                     _Holds()))  # fmt: skip
     assert done == 4.0
     assert [(c.time, c.tokens) for c in record.chunks] == [(1.0, 1), (2.0, 1), (3.0, 1)]
@@ -149,8 +149,8 @@ def test_a_step_that_ends_the_thinking_gives_the_answer_its_first_token_time() -
         b"data: [DONE]\n\n",
     ]
     record = RequestRecord(index=0, prompt_id="p", nominal_input_tokens=5, max_output_tokens=8)
-    parser = _StreamParser("chat")
-    asyncio.run(_read_events(_Response(reads), parser, record, lambda: next(times), _Holds()))
+    parser = StreamParser("chat")
+    asyncio.run(read_events(_Response(reads), parser, record, lambda: next(times), _Holds()))
     assert (record.first_token_time, record.first_answer_time) == (1.0, 3.0)
     assert [(c.time, c.tokens) for c in record.chunks] == [(1.0, 3), (2.0, 4), (4.0, 1)]
     # the shared step's 4 tokens: at least one is answer

@@ -1,0 +1,103 @@
+"""What a measured run's own records say about how it was measured, as notes for its result:
+prompts the server counted far off their nominal length, the client's turnaround between a
+freed slot and the next send (in a closed loop it is cluster time in which no request
+arrives), and what the mock's shared cluster clock kept out of cluster time.
+
+Pure functions of the records (and the shared clock's counters); :mod:`pytest_kimi.run.measure`
+adds what they return to the result.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_kimi.results.records import RequestRecord
+    from pytest_kimi.workload.sharedclock import Stats
+
+
+def prompt_length_notes(
+    records: list[RequestRecord], nominal: int, tolerance: float = 0.10
+) -> list[str]:
+    """Warn where the server counted a prompt more than ``tolerance`` off its nominal length.
+
+    SPEED-Bench pads prompts with tiktoken's o200k_base, so "16K" is nominal for the served
+    model's tokenizer; a large gap means the workload is not the one the table claims.
+    """
+    off = [
+        r
+        for r in records
+        if not r.warmup
+        and r.prompt_tokens is not None
+        and abs(r.prompt_tokens - nominal) > tolerance * nominal
+    ]
+    if not off:
+        return []
+    worst = max(off, key=lambda r: abs(r.prompt_tokens - nominal))
+    return [
+        f"{len(off)} of {sum(not r.warmup for r in records)} prompts differ from the nominal "
+        f"{nominal} input tokens by more than {tolerance:.0%} as counted by the server "
+        f"(worst: {worst.prompt_id} with {worst.prompt_tokens})"
+    ]
+
+
+def client_turnaround(records: list[RequestRecord], concurrency: int) -> list[float]:
+    """Wall seconds from each freed slot (a measured request's last token) to the next
+    request's send, in a closed loop at ``concurrency``: the ``k``-th send after the first
+    ``concurrency`` is the one the ``k``-th end made room for. Failed requests count (their
+    end frees the slot too); a record without an end or a send ends the pairing."""
+    measured = [r for r in records if not r.warmup]
+    sends = sorted(r.latency_start for r in measured)
+    ends = sorted(r.end_time for r in measured if r.end_time is not None)
+    follow = sends[concurrency:]
+    return [max(0.0, s - e) for s, e in zip(follow, ends, strict=False)]
+
+
+def clock_notes(before: Stats, after: Stats, time_scale: float) -> list[str]:
+    """What the shared cluster clock kept out of cluster time during the measured run, from
+    its own counters: the wall time it stood still for messages on their way (client,
+    router, HTTP) and at an engine's next event (a mock process waking late). Holds nobody
+    let go are counted: each cost wall time, not accuracy, but a run that has them lost a
+    request on its way or a process died."""
+    held = after.held_wall_s - before.held_wall_s
+    caught_up = after.bound_wall_s - before.bound_wall_s
+    notes = [
+        f"one clock: the mock and the client shared one cluster clock (time scale "
+        f"1:{time_scale:g}); during the measured run it stood still for {held:.2f} s of wall "
+        f"time while requests and first/last tokens were on their way (client, router, HTTP) "
+        f"and {caught_up:.2f} s while a mock process caught up: none of it is in the figures "
+        f"(longest single hold {after.longest_hold_s * 1e3:.1f} ms)"
+    ]
+    if after.stalls > before.stalls:
+        from pytest_kimi.workload.sharedclock import HOLD_STALL_S
+
+        notes.append(
+            f"one clock: {after.stalls - before.stalls} hold(s) nobody let go were dropped "
+            f"after {HOLD_STALL_S:g} s of wall time each (a request lost on its way, or a "
+            "process that died): the figures around them may be off"
+        )
+    return notes
+
+
+def turnaround_notes(
+    records: list[RequestRecord], concurrency: int, time_scale: float
+) -> list[str]:
+    """The client's own turnaround, measured, in wall time and (on the mock) in cluster time:
+    the mock's model takes a request's arrival when it reaches the server, so every wall
+    millisecond the client spends between a last token and the next send is ``time_scale``
+    milliseconds of cluster time in which no request arrives (docs/mock.md, "One clock")."""
+    gaps = sorted(client_turnaround(records, concurrency))
+    if not gaps:
+        return []
+    median, p95 = gaps[len(gaps) // 2], gaps[min(len(gaps) - 1, math.ceil(0.95 * len(gaps)) - 1)]
+    text = (
+        f"client turnaround (a request's last token to the next request sent, closed loop): "
+        f"median {median * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms wall over {len(gaps)} sends"
+    )
+    if time_scale != 1:
+        text += (
+            f"; at time scale 1:{time_scale:g} that is {median * time_scale:.2f} s of cluster "
+            "time before each follow-up is even sent"
+        )
+    return [text]
