@@ -23,6 +23,7 @@ from pytest_kimi.config.fields import (
     one_of,
 )
 from pytest_kimi.config.strictmodel import StrictModel
+from pytest_kimi.config.versions import SGLANG_ROUTER, SMG, TRANSFER_BACKENDS
 
 
 class LayoutRouter(StrictModel):
@@ -36,11 +37,9 @@ class LayoutRouter(StrictModel):
     )
 
 
-# every supported release's choices (pytest_kimi.config.versions: which release has which, checked
-# against the release the nodes run at bring-up)
-TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp")
-ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two",
-                   "least_load", "manual", "consistent_hashing", "prefix_hash")  # fmt: skip
+# every supported release's choices, from the one place that says which release has which
+# (checked against the release the nodes run at bring-up)
+ROUTER_POLICIES = tuple(dict.fromkeys((*SMG.policies, *SGLANG_ROUTER.policies)))
 
 
 class PDSideModel(StrictModel):
