@@ -64,7 +64,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.deploy.procgroup import start_group, stop_groups
 from pytest_kimi.mock.tokenizer_files import count_tokens
 from pytest_kimi.testing.peer import (

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.deploy.procgroup import sigterm_as_interrupt
 from pytest_kimi.mock.tokenizer_files import vocabulary
 from pytest_kimi.results.records import RequestRecord

@@ -117,7 +117,7 @@ def recording(version: str, transcript: Transcript, flags: Iterable[str]) -> dic
 
 
 def _capture_live(version: str, url: str | None) -> tuple[Transcript, list[str]]:
-    from pytest_kimi.deploy.plan import free_port
+    from pytest_kimi.deploy.ports import free_port
     from pytest_kimi.testing import realsglang
 
     flags = [*realsglang.CPU_FLAGS, *realsglang.CONFORMANCE_FLAGS]

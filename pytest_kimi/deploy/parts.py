@@ -9,6 +9,7 @@ off is None, and whoever uses it skips it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,21 @@ if TYPE_CHECKING:
     from pytest_kimi.workload.abort import Abort
 
 
+def node_scope(inputs: Inputs, folder: RunFolder, layout: Layout) -> str:
+    """This run's layout on the nodes (``<run>/<layout>``): the GPU scope, the node locks,
+    the executor's remote folder and the telemetry's stand-in nvidia-smi all name it.
+
+    On a local cluster every "node" is this machine, which other runs may share at the same
+    moment (another checkout, another user, the suite under xdist) with a run folder of the
+    same name: a name is unique under one reports folder only, and two runs of one cluster
+    file started in the same second get the same one. The harness's pid keeps their mock
+    clocks and GPU folders apart."""
+    run = folder.name
+    if not inputs.cluster.remote:
+        run = f"{run}.{os.getpid()}"
+    return f"{run}/{layout.name}"
+
+
 def executor_for(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     """The executor the cluster file names, for this run's layout."""
     from pytest_kimi.deploy.executor import LocalExecutor
@@ -33,9 +49,9 @@ def executor_for(inputs: Inputs, folder: RunFolder, layout: Layout) -> Executor:
     from pytest_kimi.deploy.ssh import SSHExecutor
 
     if inputs.cluster.executor == "slurm":
-        return SlurmExecutor(inputs.cluster, f"{folder.name}/{layout.name}")
+        return SlurmExecutor(inputs.cluster, node_scope(inputs, folder, layout))
     if inputs.cluster.executor == "ssh":
-        return SSHExecutor(inputs.cluster.work_dir, f"{folder.name}/{layout.name}",
+        return SSHExecutor(inputs.cluster.work_dir, node_scope(inputs, folder, layout),
                            max_s=inputs.cluster.deployment_max_s)  # fmt: skip
     return LocalExecutor()
 
@@ -94,7 +110,7 @@ def sampler_for(
             spec.node.name: spec.node for spec in plan.processes if spec.node.name != SUBMIT_HOST
         }.values()
     )  # GPU nodes, not a submit host
-    scope = f"{folder.name}/{layout.name}"
+    scope = node_scope(inputs, folder, layout)
     commands = {n.name: query_gpus(smi_command(inputs.cluster, n, scope)) for n in nodes}
     return Sampler(executor, nodes, commands, folder.telemetry_path(layout.name),
                    interval_s=config.interval_s, time_scale=inputs.time_scale,

@@ -17,7 +17,7 @@ from pytest_kimi.config import ClusterConfig, ContainerConfig, Layout, Node, Rep
 from pytest_kimi.config.checks import MOCK_MODULE  # the mock's module, checked there too
 from pytest_kimi.config.serverargs import flags, resolve_model_path
 from pytest_kimi.config.versions import SGLangProfile, Versions, assumed
-from pytest_kimi.deploy.ports import PortBook
+from pytest_kimi.deploy.ports import PortBook, free_port
 from pytest_kimi.deploy.secrets import REDACTED, redact_env
 
 
@@ -115,16 +115,6 @@ class DeploymentPlan:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now, not booked (a dry run; tests that start their own
-    server). Drawn below the kernel's ephemeral range, as :class:`PortBook` draws: a port from
-    ``bind(0)`` would be handed to the next outgoing connection too, and a server started on it
-    a moment later could find it taken."""
-    from pytest_kimi.deploy.ports import pick
-
-    return pick(host)
 
 
 def _mock_gpu_flags(cluster: ClusterConfig, node: Node, scope: str | None) -> list[str]:

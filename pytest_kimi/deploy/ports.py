@@ -142,3 +142,22 @@ class PortBook:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now, not booked (a dry run; tests that start their own
+    server). Drawn below the kernel's ephemeral range, as :class:`PortBook` draws: a port from
+    ``bind(0)`` would be handed to the next outgoing connection too, and a server started on it
+    a moment later could find it taken."""
+    return pick(host)
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports free on ``host`` now (:func:`free_port`'s, none drawn twice:
+    two draws from the range can coincide, and two listeners on one port cannot both start)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports

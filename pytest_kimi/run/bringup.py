@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ from pytest_kimi.deploy.parts import (
     executor_for,
     mock_clock,
     node_client,
+    node_scope,
     sampler_for,
     watchdog_for,
 )
@@ -139,17 +139,8 @@ class _Steps:
 
     @property
     def scope(self) -> str:
-        """This run's layout, as the GPU scope, the node locks and the executor name it.
-
-        On a local cluster every "node" is this machine, which other runs may share at the
-        same moment (another checkout, another user, the suite under xdist) with a run folder
-        of the same name: a name is unique under one reports folder only, and two runs of one
-        cluster file started in the same second get the same one. The harness's pid keeps
-        their mock clocks and GPU folders apart."""
-        run = self.folder.name
-        if not self.inputs.cluster.remote:
-            run = f"{run}.{os.getpid()}"
-        return f"{run}/{self.layout.name}"
+        """This run's layout on the nodes (:func:`~pytest_kimi.deploy.parts.node_scope`)."""
+        return node_scope(self.inputs, self.folder, self.layout)
 
     def deployment(self, book: PortBook) -> Deployment:
         """The plan from the cluster file alone (to the manifest), and the deployment that will

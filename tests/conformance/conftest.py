@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing import realsglang
 from pytest_kimi.testing.peer import (
     DEFAULT_VENV,

@@ -54,7 +54,7 @@ import httpx
 import numpy as np
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.mock.tokenizer_files import count_tokens
 from pytest_kimi.results.metrics import summarize
 from pytest_kimi.results.records import RequestRecord

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpcore  # noqa: F401  (see below)
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.deploy.procgroup import group_alive
 from pytest_kimi.testing.processes import NO_HYPOTHESIS, Proc, mock_argv
 

@@ -9,7 +9,7 @@ import threading
 
 import httpx
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.transport import MeasuringTransport
 

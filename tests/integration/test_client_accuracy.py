@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.truth import match
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_ports
 from pytest_kimi.testing.processes import mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 
@@ -38,7 +38,7 @@ def _pd(
     """A 1-node TP8 prefill, a 1-node TP8 decode and the router; their URLs. 0.5.9 is told
     the decode side's TP (--disaggregation-decode-tp); later releases take no such flag: the
     prefill learns it from the decode side."""
-    prefill_port, decode_port, bootstrap = free_port(), free_port(), free_port()
+    prefill_port, decode_port, bootstrap, router_port, metrics_port = free_ports(5)
     common = ("--tp-size", "8", "--enable-metrics", "--mock-time-scale", str(time_scale),
               "--mock-sglang-version", version)  # fmt: skip
     shape = ("--disaggregation-decode-tp", "8") if version == "0.5.9" else ()
@@ -50,12 +50,11 @@ def _pd(
     p_url, d_url = f"http://127.0.0.1:{prefill_port}", f"http://127.0.0.1:{decode_port}"
     prefill.wait_http(p_url + "/health")
     decode.wait_http(d_url + "/health")
-    router_port = free_port()
     router = spawn([sys.executable, "-m", "smg.launch_router", "--pd-disaggregation",
                     "--prefill", p_url, str(bootstrap), "--decode", d_url,
                     "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
                     "--host", "127.0.0.1", "--port", str(router_port),
-                    "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+                    "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
                     "--disable-retries"], "router")  # fmt: skip
     r_url = f"http://127.0.0.1:{router_port}"
     router.wait_http(r_url + "/readiness", timeout_s=60)

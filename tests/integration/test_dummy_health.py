@@ -11,7 +11,7 @@ import sys
 import httpx
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.mock.dummy_health import serve_dummy_health
 
 

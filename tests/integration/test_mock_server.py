@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
 
 

@@ -185,7 +185,7 @@ def test_attach_to_running_endpoint_runs_without_bring_up(project: pytest.Pytest
 
 
 def test_a_dead_endpoint_is_one_line_and_a_usage_error(project: pytest.Pytester):
-    from pytest_kimi.deploy.plan import free_port
+    from pytest_kimi.deploy.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     result = project.runpytest_subprocess(

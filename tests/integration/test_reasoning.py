@@ -39,7 +39,7 @@ import sys
 import httpx
 import orjson
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.results.metrics import per_request_ms, summarize
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.stream import StreamParser

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.processes import mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
 from pytest_kimi.workload.sharedclock import SharedClock

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from pytest_kimi.config.versions import NEWEST_SGLANG, SGLangProfile
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.mock.speculative import A_MAX, A_MIN, accept_length
 from pytest_kimi.results.replicacounters import SPEC_ACCEPT_LENGTH, server_totals
 from pytest_kimi.workload.dataset import load_workload, resolve_dataset

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from pytest_kimi.config.versions import ROUTER_PACKAGES, RouterPackage
-from pytest_kimi.deploy.plan import free_port
+from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.peer import offline_env
 from pytest_kimi.testing.processes import Proc
 from pytest_kimi.testing.realsglang import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kimi.config import load_cluster
-from pytest_kimi.deploy.plan import free_port, plan_deployment
+from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.deploy.ports import (
     DEFAULT_EPHEMERAL,
     LOWEST,
@@ -19,6 +19,7 @@ from pytest_kimi.deploy.ports import (
     PortBook,
     drawing_range,
     ephemeral_range,
+    free_port,
 )
 
 

@@ -78,7 +78,7 @@ def test_missing_key_file_is_named(tmp_path):
 
 
 def test_a_node_that_failed_to_connect_fails_fast_afterwards(tmp_path):
-    from pytest_kimi.deploy.plan import free_port
+    from pytest_kimi.deploy.ports import free_port
 
     port = free_port("127.0.0.1")  # nothing listens there: refused at once, on loopback
     ssh = SSHConfig(port=port, connect_timeout_s=2, reconnect_s=0.2, teardown_reconnect_s=0.2)
