@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_kimi.results.metrics import per_request_ms
 from pytest_kimi.results.records import RequestRecord
 
 PHASES = ("connect", "send", "server", "back")
@@ -132,4 +133,51 @@ def match(records: Sequence[RequestRecord], truth: Sequence[dict[str, Any]]) -> 
             raise ValueError(f"request {record.index} failed or unknown to the server: "
                              f"{record.error or record.request_id}")  # fmt: skip
         out.append(split(record, by_id[record.request_id]))
+    return out
+
+
+@dataclass(frozen=True)
+class ReasoningTiming:
+    """One reasoning chat stream: the figures a user reads (``per_request_ms``) less the
+    server's truth, in ms, and the server's own spans that tell right from wrong timing."""
+
+    ttft: float  # client TTFT - (first write - the client's start): the chunk's trip back
+    ttfat: float  # the same for the first answer token
+    tpot: float  # client TPOT - the server's (first write -> [DONE] write) / (tokens - 1)
+    there: float  # the request's trip: the client's start -> the server's handler entry
+    thinking_ms: float  # the server's first answer write - its first write
+    answer_ms: float  # the server's [DONE] write - its first answer write
+    true_ttft: float
+    true_tpot: float
+
+
+def reasoning_timings(
+    records: Sequence[RequestRecord], truth: Sequence[dict[str, Any]]
+) -> list[ReasoningTiming]:
+    """Every measured chat record against the server's entry ``chatcmpl-<index>``."""
+    measured = [r for r in records if not r.warmup]
+    client = per_request_ms(measured)
+    if len(client["ttft"]) != len(measured):
+        raise ValueError("a measured request failed: " + next(r.error for r in measured
+                                                               if not r.success))  # fmt: skip
+    by_id = {f"chatcmpl-{e['index']}": e for e in truth}
+    out = []
+    for i, record in enumerate(measured):
+        entry = by_id[record.request_id]
+        chunks = entry["chunks"]
+        first = chunks[0][2]  # stamped just before the write: the server had the token then
+        answer = next(c[2] for c in chunks if c[3] == "answer")
+        done = entry["end_before"]
+        ms, start = 1000.0, record.latency_start
+        true_tpot = (done - first) * ms / (entry["completion_tokens"] - 1)
+        out.append(ReasoningTiming(
+            ttft=client["ttft"][i] - (first - start) * ms,
+            ttfat=client["ttfat"][i] - (answer - start) * ms,
+            tpot=client["tpot"][i] - true_tpot,
+            there=(entry["head"] - start) * ms,
+            thinking_ms=(answer - first) * ms,
+            answer_ms=(done - answer) * ms,
+            true_ttft=(first - start) * ms,
+            true_tpot=true_tpot,
+        ))  # fmt: skip
     return out
