@@ -16,3 +16,81 @@ def _children_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     is from ``config.workerinput``, not from these variables."""
     for name in XDIST_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+# Seconds each of the longest modules took on two workers beside a one-core busy loop
+# (2026-12-06, `--durations`). Under `--dist loadscope` the workers take modules in collection
+# order (see pytest_xdist_make_scheduler); longest first (the LPT rule) keeps one worker from
+# running a long module alone at the end. Only the order depends on these figures: refresh them
+# when a module's time changes by minutes.
+LONGEST_MODULES = {
+    "tests/realsglang/test_mission.py": 327,
+    "tests/ssh/test_slurm_deploy.py": 184,
+    "tests/realsglang/test_attach.py": 171,
+    "tests/ssh/test_ssh_real_sglang.py": 159,
+    "tests/ssh/test_ssh_outages.py": 147,
+    "tests/integration/test_plugin.py": 145,
+    "tests/integration/test_reliability.py": 133,
+    "tests/integration/test_router_packages.py": 120,
+    "tests/ssh/test_ssh_deploy.py": 99,
+    "tests/ssh/test_ssh_containers.py": 87,
+    "tests/perf/test_speedbench.py": 73,
+    "tests/conformance/test_mock_vs_sglang.py": 64,
+    "tests/ssh/test_ssh_leftovers.py": 64,
+    "tests/integration/test_twin_live.py": 63,
+    "tests/realsglang/test_teardown.py": 61,
+    "tests/integration/test_telemetry_mission.py": 61,
+    "tests/ssh/test_ssh_bastion.py": 56,
+    "tests/conformance/test_real_parsers.py": 45,
+    "tests/integration/test_client_accuracy.py": 43,
+    "tests/integration/test_history_run.py": 38,
+}
+
+# The modules that start real SGLang servers. Each server wants both cores while it starts
+# (importing torch, building the model); three such modules at once on three workers slowed
+# each by half and held the machine at load 17. Under `--dist loadscope` they are one unit of
+# work: one worker runs them one after another while the others run the rest.
+REAL_SGLANG_MODULES = frozenset({
+    "tests/realsglang/test_mission.py",
+    "tests/realsglang/test_attach.py",
+    "tests/realsglang/test_teardown.py",
+    "tests/ssh/test_ssh_real_sglang.py",
+})  # fmt: skip
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(trylast=True)  # after pytest groups items by fixture parameter
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-SGLang modules first, then the longest modules; each module's items kept
+    together and in their order."""
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(_module(item.nodeid), i)
+
+    def key(item: pytest.Item) -> tuple[bool, int, int]:
+        module = _module(item.nodeid)
+        return (module not in REAL_SGLANG_MODULES, -LONGEST_MODULES.get(module, 0),
+                first_seen[module])  # fmt: skip
+
+    items.sort(key=key)  # stable: within a module, the order pytest collected
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadscope`` with two changes: the real-SGLang modules are one scope, and scopes
+    go out in collection order (the order above), not reordered by how many tests each has."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if _module(nodeid) in REAL_SGLANG_MODULES:
+                return "real-sglang"
+            return super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)

@@ -14,14 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kimi.results import catalogue
-from pytest_kimi.results.baselinefile import (  # noqa: F401  (the gate's file, re-exported)
-    FORMAT,
-    BaselineError,
-    load,
-    parse_thresholds,
-    save,
-    snapshot,
-)
 from pytest_kimi.results.stats import bootstrap_delta
 
 DEFAULT_THRESHOLDS = catalogue.DEFAULT_THRESHOLDS

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pytest_kimi.judge import baseline as baseline_mod
 from pytest_kimi.judge.history.entries import baseline_entry
+from pytest_kimi.results import baselinefile
 from pytest_kimi.results import slo as slo_mod
 
 if TYPE_CHECKING:
@@ -37,15 +38,15 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
     saved = inputs.baseline["layouts"].get(result.case)
     if saved is None:
         known = ", ".join(inputs.baseline["layouts"]) or "none"
-        raise baseline_mod.BaselineError(
+        raise baselinefile.BaselineError(
             f"the baseline has no layout {result.case!r} (it has: {known}); save one with "
             "--kimi-save-baseline"
         )
     if result.summary is None:
-        raise baseline_mod.BaselineError(f"{result.case} was not measured: {result.error}")
+        raise baselinefile.BaselineError(f"{result.case} was not measured: {result.error}")
     timed_from = inputs.baseline.get("clock_start", "send")  # older baselines: from the send
     if timed_from != inputs.cluster.workload.clock_start:
-        raise baseline_mod.BaselineError(
+        raise baselinefile.BaselineError(
             f"the baseline's latencies were timed from the {timed_from}, this run's from the "
             f"{inputs.cluster.workload.clock_start} (workload.clock_start, docs/metrics.md): "
             f"set workload.clock_start: {timed_from} to compare with it, or save a new "
@@ -59,7 +60,7 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
             for name, value in current["workload"].items()
             if saved_workload.get(name) != value
         )
-        raise baseline_mod.BaselineError(
+        raise baselinefile.BaselineError(
             f"the baseline's {result.case} ran another workload ({changed}): judge it with the "
             "same workload settings, or save a new baseline with --kimi-save-baseline"
         )
@@ -79,7 +80,7 @@ def history_regression(
     from pytest_kimi.results.catalogue import metric as metric_of
 
     if result.summary is None:
-        raise baseline_mod.BaselineError(f"{result.case} was not measured: {result.error}")
+        raise baselinefile.BaselineError(f"{result.case} was not measured: {result.error}")
     history = gate_history(inputs)
     series = []
     if history is not None:
@@ -134,5 +135,5 @@ def save_baseline(
     meta = {"cluster": inputs.cluster.name, "backend": inputs.backend,
             "time_scale": inputs.time_scale, "run_id": run_id,
             "clock_start": inputs.cluster.workload.clock_start}  # fmt: skip
-    baseline_mod.save(path, baseline_mod.snapshot(measured, meta))
+    baselinefile.save(path, baselinefile.snapshot(measured, meta))
     return path, ""

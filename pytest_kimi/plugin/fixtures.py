@@ -145,8 +145,8 @@ def kimi_regression(
 ) -> Callable[[str], Judgement]:
     """Judge one metric of this layout against ``--kimi-baseline``, or with ``--kimi-gate
     history`` against its series in the history: ``kimi_regression(name)``."""
-    from pytest_kimi.judge.baseline import BaselineError
     from pytest_kimi.judge.history.store import HistoryError
+    from pytest_kimi.results.baselinefile import BaselineError
 
     def judge(metric: str) -> Any:
         try:

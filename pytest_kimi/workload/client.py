@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import httpx
 
 from pytest_kimi.results.records import RequestRecord
+from pytest_kimi.workload import kernelstamps
 from pytest_kimi.workload.abort import Abort
 from pytest_kimi.workload.clocks import WALL, RunClock, WallClock
 from pytest_kimi.workload.holds import Holds
@@ -92,8 +93,10 @@ async def run_requests(
     url = base_url.rstrip("/") + API_PATHS[options.api]
     records: list[RequestRecord] = []
     hooks = (on_start, on_done)
-    with _no_gc_pauses(), clock.attach():
-        wall = isinstance(clock, WallClock)  # the kernel's stamps are on wall time only
+    wall = isinstance(clock, WallClock)  # the kernel's stamps are on wall time only
+    # stamping switched on before the first request, and kept on (kernelstamps.held_on)
+    stamping = kernelstamps.held_on() if wall else contextlib.nullcontext(False)
+    with _no_gc_pauses(), clock.attach(), stamping:
         async with _client(options.pooled, options.timeout_s, clock.now,
                            kernel_stamps=wall) as http:  # fmt: skip
             work = _send_all(http, url, requests, options, warmup, hooks, records, clock)

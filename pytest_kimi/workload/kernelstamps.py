@@ -15,10 +15,12 @@ the first segments a quiet machine receives after that may carry none.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 
 # Python 3.11's socket module does not name it: 35 is its value on Linux for x86-64, arm64 and
 # every architecture using the generic socket numbers (not alpha, parisc, sparc, mips)
@@ -65,3 +67,32 @@ def stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
             seconds, nanos = TIMESPEC.unpack(data[: TIMESPEC.size])
             return to_monotonic(seconds + nanos / 1e9)
     return None
+
+
+@contextlib.contextmanager
+def held_on(timeout_s: float = 2.0) -> Iterator[bool]:
+    """Keep the kernel's stamping switched on while inside, and enter only once it is on.
+
+    Linux turns stamping on for the whole system when the first socket asks, but later, from
+    a work queue, and off again when the last one closes: on a busy machine the first segments
+    of a run can arrive before the work queue ran, unstamped, and their times fall back to the
+    read (late by however long the loop was busy). Here a loopback datagram socket asks and
+    stays open; datagrams to itself show when stamps appear (within ``timeout_s``, polled).
+    Yields whether they did (False: not Linux, or the work queue did not run in time)."""
+    if not SO_TIMESTAMPNS:
+        yield False
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        on = enable(sock)
+        deadline = time.monotonic() + timeout_s
+        while on:
+            sock.sendto(b"x", sock.getsockname())
+            _, ancillary, _, _ = sock.recvmsg(1, ANCILLARY_SIZE)
+            if stamp(ancillary) is not None:
+                break
+            if time.monotonic() > deadline:
+                on = False
+                break
+            time.sleep(0.001)  # the work queue's turn
+        yield on

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_kimi.judge.baseline import BaselineError, judge, load, parse_thresholds, save, snapshot
+from pytest_kimi.judge.baseline import judge
+from pytest_kimi.results.baselinefile import BaselineError, load, parse_thresholds, save, snapshot
 
 
 def _entry(tpot_ms: np.ndarray, output_tps: float) -> dict:

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_kimi.judge import baseline
 from pytest_kimi.report.comparison import ROWS
-from pytest_kimi.results import catalogue
+from pytest_kimi.results import baselinefile, catalogue
 from pytest_kimi.results.metrics import summarize
 from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.results.slo import SloError, parse_slo
@@ -61,10 +61,10 @@ def test_gate_direction_is_the_catalogues() -> None:
 def test_gate_accepts_exactly_the_gateable_metrics() -> None:
     for name, m in catalogue.AGGREGATES.items():
         if catalogue.gateable(m):
-            assert baseline.parse_thresholds(f"{name}:5%", "t") == {name: 0.05}
+            assert baselinefile.parse_thresholds(f"{name}:5%", "t") == {name: 0.05}
         else:
-            with pytest.raises(baseline.BaselineError):
-                baseline.parse_thresholds(f"{name}:5%", "t")
+            with pytest.raises(baselinefile.BaselineError):
+                baselinefile.parse_thresholds(f"{name}:5%", "t")
 
 
 def test_comparison_rows_and_defaults_are_catalogue_metrics() -> None:

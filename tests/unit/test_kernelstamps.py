@@ -79,3 +79,20 @@ def test_the_clock_offset_puts_realtime_on_perf_counter():
     real = time.clock_gettime(time.CLOCK_REALTIME)
     after = time.perf_counter()
     assert before - SLACK_S <= kernelstamps.to_monotonic(real) <= after + SLACK_S
+
+
+def test_inside_held_on_a_new_connections_first_segment_is_stamped():
+    # what the client relies on (run_requests holds stamping on for its run): no first
+    # segment of a request falls back to its read time while the kernel's switch is pending
+    with kernelstamps.held_on(timeout_s=10.0) as on:
+        assert on
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert kernelstamps.enable(listener)
+        with listener, socket.create_connection(listener.getsockname()) as client:
+            server, _ = listener.accept()
+            with server:
+                client.sendall(b"first")
+                data, ancillary, _, _ = server.recvmsg(16, kernelstamps.ANCILLARY_SIZE)
+                assert data == b"first" and kernelstamps.stamp(ancillary) is not None
