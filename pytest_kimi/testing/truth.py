@@ -155,14 +155,15 @@ def reasoning_timings(
     records: Sequence[RequestRecord], truth: Sequence[dict[str, Any]]
 ) -> list[ReasoningTiming]:
     """Every measured chat record against the server's entry ``chatcmpl-<index>``."""
-    measured = [r for r in records if not r.warmup]
-    client = per_request_ms(measured)
-    if len(client["ttft"]) != len(measured):
-        raise ValueError("a measured request failed: " + next(r.error for r in measured
-                                                               if not r.success))  # fmt: skip
     by_id = {f"chatcmpl-{e['index']}": e for e in truth}
     out = []
-    for i, record in enumerate(measured):
+    for record in records:
+        if record.warmup:
+            continue
+        client = per_request_ms([record])  # one record: no list falls out of line
+        if not all(client[key] for key in ("ttft", "ttfat", "tpot")):
+            raise ValueError(f"request {record.index} has no TTFT, TTFAT or TPOT to compare "
+                             f"(failed, no answer, or one token): {record.error}")  # fmt: skip
         entry = by_id[record.request_id]
         chunks = entry["chunks"]
         first = chunks[0][2]  # stamped just before the write: the server had the token then
@@ -171,9 +172,9 @@ def reasoning_timings(
         ms, start = 1000.0, record.latency_start
         true_tpot = (done - first) * ms / (entry["completion_tokens"] - 1)
         out.append(ReasoningTiming(
-            ttft=client["ttft"][i] - (first - start) * ms,
-            ttfat=client["ttfat"][i] - (answer - start) * ms,
-            tpot=client["tpot"][i] - true_tpot,
+            ttft=client["ttft"][0] - (first - start) * ms,
+            ttfat=client["ttfat"][0] - (answer - start) * ms,
+            tpot=client["tpot"][0] - true_tpot,
             there=(entry["head"] - start) * ms,
             thinking_ms=(answer - first) * ms,
             answer_ms=(done - answer) * ms,

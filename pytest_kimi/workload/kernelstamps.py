@@ -76,23 +76,34 @@ def held_on(timeout_s: float = 2.0) -> Iterator[bool]:
     Linux turns stamping on for the whole system when the first socket asks, but later, from
     a work queue, and off again when the last one closes: on a busy machine the first segments
     of a run can arrive before the work queue ran, unstamped, and their times fall back to the
-    read (late by however long the loop was busy). Here a loopback datagram socket asks and
-    stays open; datagrams to itself show when stamps appear (within ``timeout_s``, polled).
-    Yields whether they did (False: not Linux, or the work queue did not run in time)."""
-    if not SO_TIMESTAMPNS:
-        yield False
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        on = enable(sock)
-        deadline = time.monotonic() + timeout_s
-        while on:
-            sock.sendto(b"x", sock.getsockname())
-            _, ancillary, _, _ = sock.recvmsg(1, ANCILLARY_SIZE)
-            if stamp(ancillary) is not None:
-                break
-            if time.monotonic() > deadline:
-                on = False
-                break
-            time.sleep(0.001)  # the work queue's turn
+    read (late by however long the loop was busy). Here a loopback TCP pair asks and stays
+    open; bytes sent over it show when stamps appear (within ``timeout_s``). TCP, because a
+    datagram that raced the switch is handed over with the time of its read as its stamp,
+    which would look like stamping already on. Yields whether it is on (False: not Linux, no
+    loopback, or the work queue did not run in time); either way the run goes on."""
+    with contextlib.ExitStack() as held:
+        try:
+            on = _switch_on(held, timeout_s)
+        except OSError:
+            on = False
         yield on
+
+
+def _switch_on(held: contextlib.ExitStack, timeout_s: float) -> bool:
+    listener = held.enter_context(socket.socket())
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    if not enable(listener):
+        return False
+    client = held.enter_context(socket.create_connection(listener.getsockname(), timeout_s))
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each byte: its own segment
+    server = held.enter_context(listener.accept()[0])  # it asks too (the listener's option)
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        client.sendall(b".")
+        server.settimeout(left)
+        _, ancillary, _, _ = server.recvmsg(16, ANCILLARY_SIZE)
+        if stamp(ancillary) is not None:
+            return True
+        time.sleep(0.001)  # the work queue's turn
+    return False

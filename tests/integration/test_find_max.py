@@ -15,12 +15,15 @@ pytest_plugins = ["pytester"]
 HERE = Path(__file__).parent
 SMALL_CLUSTER = (HERE / "small_cluster.yaml").read_text()
 PERF_TEST = (HERE.parents[1] / "tests" / "perf" / "test_speedbench.py").read_text()
+# the cluster file's limits in seconds ("600s"), read here, not by the code under test
+FILE_SLO_S = {name: float(limit.removesuffix("s"))
+              for name, limit in yaml.safe_load(SMALL_CLUSTER)["slo"].items()}  # fmt: skip
 
 
 def meets_slos(records: list[dict], time_scale: float) -> bool:
     """This test's own reading of the run against its SLOs (bench_serving's definitions,
-    numpy's percentiles): every request succeeded, TTFT p95 <= 60 s, TPOT p95 <= 200 ms,
-    TPOT mean <= 1 s, in cluster time."""
+    numpy's percentiles): every request succeeded, TTFT p95 and TPOT mean within the cluster
+    file's limits, TPOT p95 <= 200 ms (the command line's), in cluster time."""
     measured = [r for r in records if not r["warmup"]]
     if not all(r["success"] for r in measured):
         return False
@@ -28,9 +31,9 @@ def meets_slos(records: list[dict], time_scale: float) -> bool:
     tpot = [(r["end_time"] - r["first_token_time"]) * time_scale / (r["completion_tokens"] - 1)
             for r in measured if r["completion_tokens"] > 1]  # fmt: skip
     return (
-        float(np.percentile(ttft, 95)) <= 60.0
+        float(np.percentile(ttft, 95)) <= FILE_SLO_S["ttft_p95"]
         and float(np.percentile(tpot, 95)) <= 0.200
-        and float(np.mean(tpot)) <= 1.0
+        and float(np.mean(tpot)) <= FILE_SLO_S["tpot_mean"]
     )
 
 

@@ -19,7 +19,8 @@ client's parsing and event loop. It can never be negative (a chunk seen before i
 would be a bug this catches). Its size (within 1 ms for TTFT and TTFAT and 0.05 ms for TPOT on
 a quiet machine, a few ms when other jobs hold the 2 cores) is a figure that
 ``benchmarks/reasoning_accuracy.py`` reports; the test holds each figure to its definition: nearer
-the server's instant it names than the nearest wrong instant, which is hundreds of ms away.
+the server's instant it names than the nearest wrong instant (hundreds of ms away for TTFT and
+TTFAT; for TPOT, E2E / n lies ~0.7 ms above (last - first) / (n - 1) here).
 
 The server's own TTFT (first write - its arrival) is shorter by the request's trip to the
 server: loopback plus the server's accept and read. That part is real latency a user waits
@@ -60,7 +61,7 @@ def _run_chat(url: str, n: int, concurrency: int) -> list:
 
 def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
     """Right against wrong, never against a stopwatch: each figure must sit nearer the
-    server's instant it measures than the nearest wrong one (hundreds of ms away), and never
+    server's instant it measures than the nearest wrong one, and never
     before it. How near (1 ms, 0.05 ms on a quiet machine) is benchmarks/reasoning_accuracy.py's
     figure, not a test: a busy machine makes a client late, not wrong."""
     port = free_port()
@@ -94,8 +95,8 @@ def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
         # TTFAT is the first answer token, not [DONE] (answer_ms later)
         assert t.ttfat < t.answer_ms / 2, report
         # TPOT is (last - first token) / (tokens - 1); the nearest wrong one, E2E / tokens,
-        # is TTFT / tokens higher
-        assert abs(t.tpot) < t.true_ttft / TOTAL / 2, report
+        # is (TTFT - TPOT) / tokens higher (~0.7 ms here)
+        assert abs(t.tpot) < (t.true_ttft - t.true_tpot) / TOTAL / 2, report
     # what the issue saw: timing only delta.content puts TTFT at the end of the thinking
     summary = summarize(measured)
     assert summary.ttfat_ms.min - summary.ttft_ms.max > REASONING * ITL_MS - TTFT_MS * 1.5

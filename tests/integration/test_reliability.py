@@ -243,7 +243,7 @@ def test_router_health_checks_timing_out_under_load_are_a_note_not_a_failure(
     # (the direct warm-up, today) until one probe that met them in flight has been answered
     # late, so the router has timed out at least once before any of them is served. Were a
     # measured request held instead, ~interval + 3 s wall at time scale 4 stays far under the
-    # 60 s TTFT SLO. A high failure threshold keeps replica 0 in the rotation: this test is
+    # 600 s TTFT SLO. A high failure threshold keeps replica 0 in the rotation: this test is
     # about the note, not about the router dropping a worker for a while.
     busy = (
         CLUSTER.replace(
