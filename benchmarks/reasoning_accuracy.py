@@ -19,11 +19,9 @@ Run: ``python benchmarks/reasoning_accuracy.py [--requests 24] [--concurrency 4]
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,10 +31,15 @@ import numpy as np
 
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.processes import Proc
-from pytest_kimi.testing.truth import ReasoningTiming, reasoning_timings
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.testing.truth import (
+    REASONING,
+    TOTAL,
+    ReasoningTiming,
+    reasoning_server_argv,
+    reasoning_timings,
+    run_reasoning_chat,
+)
 
-REASONING, TOTAL = 100, 200
 GOALS_MS = {"ttft": 1.0, "ttfat": 1.0, "tpot": 0.05}
 GOAL_SHARE = 0.85  # of requests within the goal
 SPIKE_LIMIT_MS = 10.0
@@ -45,19 +48,11 @@ SPIKE_LIMIT_MS = 10.0
 def measure(n: int, concurrency: int, work: Path) -> list[ReasoningTiming]:
     """One run of ``n`` reasoning chat streams against a fresh scripted server."""
     port = free_port()
-    server = Proc(
-        [sys.executable, "-m", "pytest_kimi.testing.scripted", "--host", "127.0.0.1",
-         "--port", str(port), "--ttft-ms", "150", "--itl-ms", "4",
-         "--reasoning-tokens", str(REASONING), "--jitter", "0.5", "--seed", "3"],
-        work / "scripted.log",
-    )  # fmt: skip
+    server = Proc(reasoning_server_argv(port), work / "scripted.log")
     try:
         url = f"http://127.0.0.1:{port}"
         server.wait_http(url + "/health")
-        specs = [RequestSpec(f"p{i}", f"question {i} " * 16, 32) for i in range(n)]
-        options = ClientOptions(api="chat", output_len=TOTAL, concurrency=concurrency)
-        warmup = [RequestSpec("warm", "warm up " * 16, 32)]
-        records = asyncio.run(run_requests(url, specs, options, warmup=warmup))
+        records = run_reasoning_chat(url, n, concurrency)
         truth = httpx.get(url + "/truth", timeout=30.0, trust_env=False).json()
         return reasoning_timings(records, truth)
     finally:

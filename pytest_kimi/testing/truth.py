@@ -28,12 +28,20 @@ the client's work before the clock starts: reported, not part of any error.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_kimi.results.metrics import per_request_ms
 from pytest_kimi.results.records import RequestRecord
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+
+# The reasoning case held by tests/integration/test_reasoning.py and measured by
+# benchmarks/reasoning_accuracy.py: 100 thinking tokens, then 100 answer tokens
+REASONING, TOTAL = 100, 200
+TTFT_MS, ITL_MS = 150, 4
 
 PHASES = ("connect", "send", "server", "back")
 
@@ -182,3 +190,19 @@ def reasoning_timings(
             true_tpot=true_tpot,
         ))  # fmt: skip
     return out
+
+
+def reasoning_server_argv(port: int) -> list[str]:
+    """The scripted server streaming the reasoning case's chat chunks on ``port``."""
+    return [sys.executable, "-m", "pytest_kimi.testing.scripted", "--host", "127.0.0.1",
+            "--port", str(port), "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS),
+            "--reasoning-tokens", str(REASONING), "--jitter", "0.5", "--seed", "3"]  # fmt: skip
+
+
+def run_reasoning_chat(url: str, n: int, concurrency: int) -> list[RequestRecord]:
+    """``n`` chat streams of the reasoning case (after one warm-up) through the product's
+    client."""
+    specs = [RequestSpec(f"p{i}", f"question {i} " * 16, 32) for i in range(n)]
+    options = ClientOptions(api="chat", output_len=TOTAL, concurrency=concurrency)
+    warmup = [RequestSpec("warm", "warm up " * 16, 32)]
+    return asyncio.run(run_requests(url, specs, options, warmup=warmup))

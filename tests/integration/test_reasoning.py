@@ -36,27 +36,25 @@ their records say 0 reasoning tokens.
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import httpx
 import orjson
 
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.results.metrics import summarize
-from pytest_kimi.testing.truth import reasoning_timings
+from pytest_kimi.testing.truth import (
+    ITL_MS,
+    REASONING,
+    TOTAL,
+    TTFT_MS,
+    reasoning_server_argv,
+    reasoning_timings,
+    run_reasoning_chat,
+)
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.stream import StreamParser
 
 CAUSALITY_SLACK_MS = 0.01  # float rounding of perf_counter differences
-REASONING, TOTAL = 100, 200  # the issue's case: the first 100 tokens are thinking
-TTFT_MS, ITL_MS = 150, 4
-
-
-def _run_chat(url: str, n: int, concurrency: int) -> list:
-    specs = [RequestSpec(f"p{i}", f"question {i} " * 16, 32) for i in range(n)]
-    options = ClientOptions(api="chat", output_len=TOTAL, concurrency=concurrency)
-    warmup = [RequestSpec("warm", "warm up " * 16, 32)]
-    return asyncio.run(run_requests(url, specs, options, warmup=warmup))
 
 
 def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
@@ -65,15 +63,10 @@ def test_reasoning_chat_stream_matches_the_servers_own_clock(spawn):
     before it. How near (1 ms, 0.05 ms on a quiet machine) is benchmarks/reasoning_accuracy.py's
     figure, not a test: a busy machine makes a client late, not wrong."""
     port = free_port()
-    server = spawn(
-        [sys.executable, "-m", "pytest_kimi.testing.scripted", "--port", str(port),
-         "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS),
-         "--reasoning-tokens", str(REASONING), "--jitter", "0.5", "--seed", "3"],
-        "scripted",
-    )  # fmt: skip
+    server = spawn(reasoning_server_argv(port), "scripted")
     url = f"http://127.0.0.1:{port}"
     server.wait_http(url + "/health")
-    records = _run_chat(url, n=24, concurrency=4)
+    records = run_reasoning_chat(url, n=24, concurrency=4)
     truth = httpx.get(url + "/truth").json()
     measured = [r for r in records if not r.warmup]
     assert len(truth) == len(records) and all(r.success for r in records), records[0].error

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,34 +14,28 @@ from pytest_kimi.workload import kernelstamps
 SLACK_S = 50e-6  # the realtime -> monotonic conversion, bracketed by two reads
 
 
-def _until_stamped(client: socket.socket, server: socket.socket, timeout_s: float = 10.0):
-    """Linux turns receive stamping on for the whole system lazily: the first socket that asks
-    schedules the switch on a work queue, and segments that arrive before it runs carry no
-    stamp (the product then falls back to its read time). Wait for the switch by sending a
-    byte until one arrives stamped, so the tests see stamping that is on."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        client.sendall(b".")
-        _, ancillary, _, _ = server.recvmsg(16, kernelstamps.ANCILLARY_SIZE)
-        if kernelstamps.stamp(ancillary) is not None:
-            return
-        assert time.monotonic() < deadline, "the kernel never stamped a segment"
-        time.sleep(0.001)
+@contextlib.contextmanager
+def _stamped_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A loopback pair (client, server) whose server end asks for stamps; each send is its
+    own segment."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert kernelstamps.enable(listener)
+        with socket.create_connection(listener.getsockname()) as client:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            server, _ = listener.accept()
+            with server:
+                yield client, server
 
 
 @pytest.fixture
 def pair():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    assert kernelstamps.enable(listener)
-    client = socket.create_connection(listener.getsockname())
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each send: its own segment
-    server, _ = listener.accept()
-    _until_stamped(client, server)
-    yield client, server
-    for sock in (client, server, listener):
-        sock.close()
+    """A stamped pair opened once the kernel's stamping is on: :func:`kernelstamps.held_on`
+    waits for Linux's lazy switch and keeps it on, so no segment here arrives unstamped."""
+    with kernelstamps.held_on(timeout_s=10.0) as on, _stamped_pair() as opened:
+        assert on, "the kernel never stamped a segment"
+        yield opened
 
 
 def test_a_segment_read_late_carries_the_time_it_was_sent(pair):
@@ -86,13 +82,7 @@ def test_inside_held_on_a_new_connections_first_segment_is_stamped():
     # segment of a request falls back to its read time while the kernel's switch is pending
     with kernelstamps.held_on(timeout_s=10.0) as on:
         assert on
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        assert kernelstamps.enable(listener)
-        with listener, socket.create_connection(listener.getsockname()) as client:
-            server, _ = listener.accept()
-            with server:
-                client.sendall(b"first")
-                data, ancillary, _, _ = server.recvmsg(16, kernelstamps.ANCILLARY_SIZE)
-                assert data == b"first" and kernelstamps.stamp(ancillary) is not None
+        with _stamped_pair() as (client, server):
+            client.sendall(b"first")
+            data, ancillary, _, _ = server.recvmsg(16, kernelstamps.ANCILLARY_SIZE)
+            assert data == b"first" and kernelstamps.stamp(ancillary) is not None
