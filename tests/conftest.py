@@ -42,6 +42,7 @@ LONGEST_MODULES = {
     "tests/integration/test_telemetry_mission.py": 61,
     "tests/ssh/test_ssh_bastion.py": 56,
     "tests/conformance/test_real_parsers.py": 45,
+    "tests/integration/test_open_loop.py": 55,
     "tests/integration/test_client_accuracy.py": 43,
     "tests/integration/test_history_run.py": 38,
 }

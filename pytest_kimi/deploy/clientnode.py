@@ -112,6 +112,7 @@ def shifted(record: RequestRecord, by: float) -> RequestRecord:
     record.first_token_time = move(record.first_token_time)
     record.first_answer_time = move(record.first_answer_time)
     record.end_time = move(record.end_time)
+    record.intended_time = move(record.intended_time)
     record.chunks = [Chunk(c.time - by, c.tokens) for c in record.chunks]
     return record
 

@@ -44,8 +44,9 @@ def _described(names: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
 def _rows(results: Sequence[LayoutResult]) -> tuple[tuple[str, str, str], ...]:
     """The seed's rows, plus TTFAT and the reasoning split after the TTFT rows when any layout
     streamed reasoning tokens (elsewhere they would repeat TTFT and the output tokens), the
-    accept length after the TPOT rows when any layout decoded speculatively, plus the GPU
-    telemetry rows at the end when any layout's GPUs were sampled."""
+    accept length after the TPOT rows when any layout decoded speculatively, the dispatch
+    delay and the latencies from the schedule after the E2E rows when any layout ran open
+    loop, plus the GPU telemetry rows at the end when any layout's GPUs were sampled."""
     rows = ROWS
     if any(r.summary is not None and r.summary.total_reasoning_tokens > 0 for r in results):
         at = max(i for i, (name, _, _) in enumerate(ROWS) if name.startswith("ttft_")) + 1
@@ -54,6 +55,9 @@ def _rows(results: Sequence[LayoutResult]) -> tuple[tuple[str, str, str], ...]:
            for r in results):  # fmt: skip
         at = max(i for i, (name, _, _) in enumerate(rows) if name.startswith("tpot_")) + 1
         rows = rows[:at] + _described(catalogue.SPEC_ROWS) + rows[at:]
+    if any(r.summary is not None and r.summary.open_loop for r in results):
+        at = max(i for i, (name, _, _) in enumerate(rows) if name.startswith("e2e_")) + 1
+        rows = rows[:at] + _described(catalogue.SCHEDULE_ROWS) + rows[at:]
     if any(r.telemetry is not None for r in results):
         rows += _described(catalogue.TELEMETRY_ROWS)
     return rows
@@ -174,11 +178,12 @@ def _intervals(
     others: Sequence[LayoutResult],
     samples: dict[str, dict[str, list[float]] | None],
 ) -> dict[str, dict | None] | None:
-    """Bootstrap CIs of a latency row's deltas; None for rows that are not latencies."""
+    """Bootstrap CIs of a latency row's deltas; None for rows that are not latencies, and for
+    a maximum (one request: the bootstrap says nothing about it)."""
     m = catalogue.metric(metric)
     prefix, stat = m.prefix, m.stat
     base = samples.get(ref)
-    if not m.per_request or base is None:
+    if not m.per_request or base is None or not catalogue.gateable(m):
         return None
     out: dict[str, dict | None] = {}
     for r in others:

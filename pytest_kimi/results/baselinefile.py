@@ -30,7 +30,7 @@ def parse_thresholds(text: str, source: str) -> dict[str, float]:
         if not sep:
             raise BaselineError(f"{source}: expected METRIC:PERCENT, got {item!r}")
         name = name.strip()
-        known = name in catalogue.AGGREGATES or name.partition("_")[0] in catalogue.LATENCY_PREFIXES
+        known = name in catalogue.AGGREGATES or bool(catalogue.latency_prefix(name))
         try:
             judgeable = catalogue.gateable(catalogue.metric(name))
         except catalogue.UnknownMetric:

@@ -20,9 +20,16 @@ LATENCY_PREFIXES: dict[str, tuple[str, str]] = {
     "e2e": ("E2E", "e2e_latency"),
     # time to first answer token: after a reasoning model's thinking; = TTFT without reasoning
     "ttfat": ("TTFAT", "ttfat"),
+    # open-loop runs (a request rate, a trace): how late each request left against its
+    # schedule, and TTFT / E2E counted from the schedule's instant (docs/metrics.md)
+    "dispatch_delay": ("Dispatch delay", "dispatch_delay"),
+    "ttft_from_schedule": ("TTFT from schedule", "ttft_from_schedule"),
+    "e2e_from_schedule": ("E2E from schedule", "e2e_from_schedule"),
 }
+SCHEDULE_PREFIXES: tuple[str, ...] = ("dispatch_delay", "ttft_from_schedule", "e2e_from_schedule")
+"""Figures only an open-loop run has: its records keep the instant each request was due."""
 STATS: tuple[str, ...] = ("mean", "median", "std", "min", "max")
-PER_REQUEST_PREFIXES: tuple[str, ...] = ("ttft", "tpot", "e2e", "ttfat")  # one per request
+PER_REQUEST_PREFIXES: tuple[str, ...] = ("ttft", "tpot", "e2e", "ttfat", *SCHEDULE_PREFIXES)
 _LATENCY_NAME = re.compile(
     r"^(" + "|".join(LATENCY_PREFIXES) + r")_(mean|median|std|min|max|p(\d+(?:\.\d+)?))$"
 )
@@ -47,13 +54,14 @@ class Metric:
     @property
     def stat(self) -> str:
         """``p95`` for ``ttft_p95``; "" for an aggregate."""
-        return self.name.partition("_")[2] if self.prefix else ""
+        return self.name.rpartition("_")[2] if self.prefix else ""
 
     @property
     def prefix(self) -> str:
-        """``ttft`` for ``ttft_p95``; "" for an aggregate."""
-        head = self.name.partition("_")[0]
-        return head if head in LATENCY_PREFIXES else ""
+        """``ttft`` for ``ttft_p95``, ``dispatch_delay`` for ``dispatch_delay_p99``; "" for an
+        aggregate (a statistic's name has no underscore, so the prefix is all before the
+        last one)."""
+        return latency_prefix(self.name)
 
     @property
     def is_percentile(self) -> bool:
@@ -62,6 +70,12 @@ class Metric:
     @property
     def percentile(self) -> float | None:
         return float(self.stat[1:]) if self.is_percentile else None
+
+
+def latency_prefix(name: str) -> str:
+    """The latency a statistic's name is of (``ttft`` of ``ttft_p95``); "" for any other."""
+    head = name.rpartition("_")[0]
+    return head if head in LATENCY_PREFIXES else ""
 
 
 def _aggregate(name: str, label: str, unit: str, higher: bool, key: str | None) -> Metric:
@@ -156,6 +170,14 @@ REASONING_ROWS: tuple[str, ...] = (
 """Rows the comparison adds after the TTFT rows when any layout streamed reasoning tokens:
 elsewhere TTFAT equals TTFT and the split is all answer, so they would say nothing new."""
 
+SCHEDULE_ROWS: tuple[str, ...] = (
+    "dispatch_delay_mean", "dispatch_delay_p50", "dispatch_delay_p99", "dispatch_delay_max",
+    "ttft_from_schedule_p95", "ttft_from_schedule_p99", "e2e_from_schedule_p95",
+    "e2e_from_schedule_p99",
+)  # fmt: skip
+"""Rows the comparison adds after the E2E rows when any layout ran open loop: how late the
+client sent against the schedule, and what a user arriving on schedule waited."""
+
 SPEC_ROWS: tuple[str, ...] = ("spec_accept_length",)
 """The row the comparison adds after the TPOT rows when any layout decoded speculatively."""
 
@@ -201,7 +223,8 @@ def metric(name: str) -> Metric:
     if pct is not None and not 0 < float(pct) <= 100:
         raise UnknownMetric(f"metric {name!r}: percentile {pct} is not in (0, 100]")
     label, infix = LATENCY_PREFIXES[prefix]
-    bench = f"{stat}_{infix}_ms" if stat in ("mean", "median", "std") or pct else None
+    keyed = ("mean", "median", "std", *(("max",) if prefix in SCHEDULE_PREFIXES else ()))
+    bench = f"{stat}_{infix}_ms" if stat in keyed or pct else None
     return Metric(name, f"{label} {stat}", "ms", False, prefix in PER_REQUEST_PREFIXES, bench)
 
 

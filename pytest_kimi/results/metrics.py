@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from pytest_kimi.results.catalogue import PER_REQUEST_PREFIXES
 from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.results.summary import (
     DEFAULT_PERCENTILES,
@@ -90,6 +91,11 @@ class _Latencies:
     tpot: float | None
     e2e: float | None
     ttfat: float | None = None  # to the first answer token; None when no answer streamed
+    # open-loop runs only (None in a closed loop): how late it left against its schedule,
+    # and TTFT / E2E from the schedule's instant (= dispatch_delay + TTFT / E2E)
+    dispatch_delay: float | None = None
+    ttft_from_schedule: float | None = None
+    e2e_from_schedule: float | None = None
 
 
 def _since_start(record: RequestRecord, time: float | None, ms: float) -> float | None:
@@ -107,7 +113,15 @@ def _request_latencies(record: RequestRecord, time_scale: float) -> _Latencies:
     if ttft is not None and e2e is not None and n_out > 1:
         tpot = (e2e - ttft) / (n_out - 1)
     ttfat = _since_start(record, record.first_answer_time, ms)
-    return _Latencies(ttft=ttft, tpot=tpot, e2e=e2e, ttfat=ttfat)
+    late = record.dispatch_delay
+    if late is None:
+        return _Latencies(ttft=ttft, tpot=tpot, e2e=e2e, ttfat=ttfat)
+    late *= ms
+    return _Latencies(
+        ttft=ttft, tpot=tpot, e2e=e2e, ttfat=ttfat, dispatch_delay=late,
+        ttft_from_schedule=None if ttft is None else late + ttft,
+        e2e_from_schedule=None if e2e is None else late + e2e,
+    )  # fmt: skip
 
 
 def _inter_token_latencies(record: RequestRecord, time_scale: float) -> list[float]:
@@ -200,22 +214,16 @@ def summarize(
     measured = _measured(records)
     ok = [r for r in measured if r.success]
 
-    ttfts: list[float] = []
-    tpots: list[float] = []
-    e2es: list[float] = []
+    samples: dict[str, list[float]] = {prefix: [] for prefix in PER_REQUEST_PREFIXES}
     itls: list[float] = []
-    ttfats: list[float] = []
     for r in ok:
         lat = _request_latencies(r, scale)
-        if lat.ttft is not None:
-            ttfts.append(lat.ttft)
-        if lat.ttfat is not None:
-            ttfats.append(lat.ttfat)
-        if lat.tpot is not None:
-            tpots.append(lat.tpot)
-        if lat.e2e is not None:
-            e2es.append(lat.e2e)
+        for prefix, sample in samples.items():
+            value = getattr(lat, prefix)
+            if value is not None:
+                sample.append(value)
         itls += _inter_token_latencies(r, scale)
+    dists = {prefix: distribution(sample, stat_percentiles) for prefix, sample in samples.items()}
 
     duration = _duration_s(measured, scale)
     start = min((r.latency_start for r in measured), default=0.0)
@@ -232,10 +240,10 @@ def summarize(
         input_throughput=_rate(total_in, duration),
         output_throughput=_rate(total_out, duration),
         total_throughput=_rate(total_in + total_out, duration),
-        ttft_ms=distribution(ttfts, stat_percentiles),
-        tpot_ms=distribution(tpots, stat_percentiles),
+        ttft_ms=dists["ttft"],
+        tpot_ms=dists["tpot"],
         itl_ms=distribution(itls, stat_percentiles),
-        e2e_ms=distribution(e2es, stat_percentiles),
+        e2e_ms=dists["e2e"],
         peak_concurrency=_exact_peak(measured, start, scale),
         peak_concurrency_bucketed=_bucketed_peak(measured, start, scale),
         time_scale=scale,
@@ -244,7 +252,10 @@ def summarize(
         if goodput_limits_ms
         else _NAN,
         goodput_limits_ms=tuple(sorted((goodput_limits_ms or {}).items())),
-        ttfat_ms=distribution(ttfats, stat_percentiles),
+        ttfat_ms=dists["ttfat"],
+        dispatch_delay_ms=dists["dispatch_delay"],
+        ttft_from_schedule_ms=dists["ttft_from_schedule"],
+        e2e_from_schedule_ms=dists["e2e_from_schedule"],
         total_reasoning_tokens=total_reasoning,
         **_speculation(ok, server_accept_length),
         by_category=_by_category(
@@ -285,10 +296,11 @@ def _by_category(measured: Sequence[RequestRecord], **options: Any) -> dict[str,
 def per_request_ms(
     records: Sequence[RequestRecord], *, time_scale: float = 1.0
 ) -> dict[str, list[float]]:
-    """Each successful measured request's TTFT, TPOT, E2E and TTFAT in ms (for bootstrap
-    intervals); keyed by catalogue prefix."""
+    """Each successful measured request's TTFT, TPOT, E2E and TTFAT in ms, and in an open
+    loop its dispatch delay and latencies from the schedule (for bootstrap intervals); keyed
+    by catalogue prefix."""
     scale = _check_time_scale(time_scale)
-    out: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": [], "ttfat": []}
+    out: dict[str, list[float]] = {prefix: [] for prefix in PER_REQUEST_PREFIXES}
     for record in _measured(records):
         if not record.success:
             continue

@@ -17,6 +17,10 @@ begins to connect for the request (``sglang.bench_serving``'s ``st = time.perf_c
 before ``session.post``: connecting included), or "send", when the request's first byte is
 written. Every instant is kept in every record (issued, connecting, connected, first and last
 byte sent), so either definition can be computed from any record.
+
+An open-loop run (a request rate, a trace) also keeps each request's ``intended_time``, the
+instant its schedule meant it to leave: latencies from there count the client's own lateness
+too (``dispatch_delay``), as a user arriving on schedule would.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class RequestRecord:
     # /generate): verify steps, and completion_tokens / spec_verify_ct as SGLang computes it
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    # open-loop runs (a request rate, a trace): the instant the schedule meant it to leave;
+    # None in a closed loop, where a request leaves when a slot frees (docs/metrics.md)
+    intended_time: float | None = None
 
     @property
     def latency_start(self) -> float:
@@ -85,6 +92,16 @@ class RequestRecord:
                 if time is not None:
                     return time
         return self.send_time
+
+    @property
+    def dispatch_delay(self) -> float | None:
+        """Seconds the request left after its schedule meant it to (:attr:`latency_start` -
+        :attr:`intended_time`); None in a closed loop. A late client (busy, or all its
+        slots taken) makes it grow, a late server does not: the coordinated omission that
+        latencies counted from the send hide."""
+        if self.intended_time is None:
+            return None
+        return self.latency_start - self.intended_time
 
     @property
     def output_tokens(self) -> int:

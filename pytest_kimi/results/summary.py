@@ -22,8 +22,11 @@ _NAN = float("nan")
 # Summary attribute per latency prefix
 _ATTRS: dict[str, str] = {
     "ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2e": "e2e_ms", "ttfat": "ttfat_ms",
+    **{prefix: f"{prefix}_ms" for prefix in catalogue.SCHEDULE_PREFIXES},
 }  # fmt: skip
-_LATER: frozenset[str] = frozenset({"ttfat_ms"})  # absent from summary.json of older runs
+_LATER: frozenset[str] = frozenset(  # absent from summary.json of older runs
+    {"ttfat_ms", *(f"{prefix}_ms" for prefix in catalogue.SCHEDULE_PREFIXES)}
+)
 
 
 def percentile_key(q: float) -> str:
@@ -158,6 +161,11 @@ class Summary:
     goodput_limits_ms: tuple[tuple[str, float], ...] = ()
     # reasoning models: time to the first answer token, and how many output tokens were thinking
     ttfat_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
+    # open-loop runs (a request rate, a trace): how late requests left against their
+    # schedule, and TTFT / E2E from the schedule's instant; empty (count 0) in a closed loop
+    dispatch_delay_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
+    ttft_from_schedule_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
+    e2e_from_schedule_ms: Distribution = Distribution(0, _NAN, _NAN, _NAN, _NAN, _NAN, {})
     total_reasoning_tokens: int = 0
     # speculative decoding: completion tokens per verify step; NaN where nothing speculated.
     # Source: "meta_info" (each request's spec_verify_ct) or "server" (the replicas'
@@ -186,9 +194,23 @@ class Summary:
         attr = "duration_s" if name == "duration" else name
         return float(getattr(self, attr))
 
+    @property
+    def open_loop(self) -> bool:
+        """Whether its requests kept a schedule (a request rate, a trace): it has dispatch
+        delays and latencies from the schedule."""
+        return self.dispatch_delay_ms.count > 0
+
     def distributions(self) -> dict[str, Distribution]:
-        """Per latency prefix (ttft, tpot, itl, e2e)."""
+        """Per latency prefix (ttft, tpot, itl, e2e, ttfat, and the schedule's)."""
         return {prefix: getattr(self, attr) for prefix, attr in _ATTRS.items()}
+
+    def _written(self) -> dict[str, Distribution]:
+        """What ``summary.json`` keeps: every distribution, the schedule's only in an open
+        loop (a closed loop's file reads as it did before they existed)."""
+        dists = self.distributions()
+        if self.open_loop:
+            return dists
+        return {p: d for p, d in dists.items() if p not in catalogue.SCHEDULE_PREFIXES}
 
     def metric_names(self) -> list[str]:
         """Every name :meth:`metric` accepts, so SLO specs can be validated up front."""
@@ -240,20 +262,23 @@ class Summary:
         out["total_output_tokens"] = self.total_output_tokens
         out["total_reasoning_tokens"] = self.total_reasoning_tokens
         out["total_answer_tokens"] = self.total_answer_tokens
-        for prefix, dist in self.distributions().items():
+        dists = self._written()
+        for prefix, dist in dists.items():
             infix = catalogue.LATENCY_PREFIXES[prefix][1]
             out[f"mean_{infix}_ms"] = dist.mean
             out[f"median_{infix}_ms"] = dist.median
             out[f"std_{infix}_ms"] = dist.std
             for q, value in dist.percentiles.items():
                 out[f"{percentile_key(q)}_{infix}_ms"] = value
+            if prefix in catalogue.SCHEDULE_PREFIXES:
+                out[f"max_{infix}_ms"] = dist.max
         out["time_scale"] = self.time_scale
         out["peak_concurrency_exact"] = self.peak_concurrency
         out["max_concurrent_requests_bucketed"] = self.peak_concurrency_bucketed
         out["percentiles"] = list(self.percentiles)
         out["goodput"] = self.goodput
         out["goodput_limits_ms"] = dict(self.goodput_limits_ms)
-        out["distributions"] = {attr: getattr(self, attr).to_dict() for attr in _ATTRS.values()}
+        out["distributions"] = {_ATTRS[prefix]: dist.to_dict() for prefix, dist in dists.items()}
         out["spec_accept_length"] = self.spec_accept_length
         out["spec_accept_length_source"] = self.spec_accept_length_source
         out["by_category"] = {name: sub.to_dict() for name, sub in self.by_category.items()}

@@ -198,9 +198,15 @@ def _record_notes(
 ) -> list[str]:
     """What the records say about how they were measured (:mod:`pytest_kimi.run.notes`)."""
     from pytest_kimi.results.metrics import unplaced_token_notes
-    from pytest_kimi.run.notes import clock_notes, prompt_length_notes, turnaround_notes
+    from pytest_kimi.run.notes import (
+        clock_notes,
+        dispatch_notes,
+        prompt_length_notes,
+        turnaround_notes,
+    )
 
     out = prompt_length_notes(records, wl.input_len) + unplaced_token_notes(records)
+    out += dispatch_notes(records, wl.concurrency, inputs.time_scale)
     if clock is not None and shared_before is not None:
         out += clock_notes(shared_before, clock.stats(), inputs.time_scale)
     elif wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one

@@ -1,7 +1,8 @@
 """What a measured run's own records say about how it was measured, as notes for its result:
 prompts the server counted far off their nominal length, the client's turnaround between a
 freed slot and the next send (in a closed loop it is cluster time in which no request
-arrives), and what the mock's shared cluster clock kept out of cluster time.
+arrives), an open loop's requests sent late against their schedule, and what the mock's
+shared cluster clock kept out of cluster time.
 
 Pure functions of the records (and the shared clock's counters); :mod:`pytest_kimi.run.measure`
 adds what they return to the result.
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from pytest_kimi.results.records import RequestRecord
@@ -101,3 +104,45 @@ def turnaround_notes(
             "time before each follow-up is even sent"
         )
     return [text]
+
+
+DISPATCH_LIMIT_MS = 5.0
+"""An open loop's p99 dispatch delay above this: the client, not the server, set the pace."""
+
+
+def dispatch_notes(
+    records: list[RequestRecord], concurrency: int, time_scale: float,
+    limit_ms: float = DISPATCH_LIMIT_MS,
+) -> list[str]:  # fmt: skip
+    """Say so when an open loop's p99 dispatch delay (a request's send less its scheduled
+    instant, over measured requests) exceeds ``limit_ms``, and why: a request due while
+    ``concurrency`` others were in flight waited for a slot (the cap, not the server's speed,
+    held it back); any other was late because the client's own loop was."""
+    late = [r for r in records if not r.warmup and r.dispatch_delay is not None]
+    if not late:
+        return []
+    delays_ms = np.array([r.dispatch_delay for r in late]) * 1e3 * time_scale
+    p99 = float(np.percentile(delays_ms, 99))
+    if p99 <= limit_ms:
+        return []
+    over = [r for r, ms in zip(late, delays_ms, strict=True) if ms > limit_ms]
+    capped = sum(_slots_full(r, records, concurrency) for r in over)
+    return [
+        f"the client, not the server, set the pace: p99 dispatch delay {p99:.1f} ms (over "
+        f"{limit_ms:g} ms; max {delays_ms.max():.1f} ms): {len(over)} of {len(late)} requests "
+        f"left more than {limit_ms:g} ms after their scheduled time, {capped} of them because "
+        f"every one of the {concurrency} concurrency slots was taken when they were due "
+        f"(raise concurrency to measure the schedule) and {len(over) - capped} because the "
+        "client itself was late; TTFT and E2E from the schedule count that wait"
+    ]
+
+
+def _slots_full(record: RequestRecord, records: list[RequestRecord], concurrency: int) -> bool:
+    """Whether ``concurrency`` measured requests were in flight at ``record``'s due time."""
+    due = record.intended_time
+    busy = sum(
+        1 for r in records
+        if r is not record and not r.warmup and r.latency_start <= due  # type: ignore[operator]
+        and (r.end_time is None or r.end_time > due)  # type: ignore[operator]
+    )  # fmt: skip
+    return busy >= concurrency

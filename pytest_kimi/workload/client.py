@@ -18,6 +18,7 @@ import asyncio
 import collections
 import contextlib
 import gc
+import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -185,13 +186,20 @@ async def _send_all(
         on_done(record)
     slots = _Slots(options.concurrency, clock)
     gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
+    due_at = list(itertools.accumulate(gaps, initial=0.0))  # each request's offset
+    open_loop = options.request_rate != float("inf")
+    origin: list[float] = []  # the schedule's origin: the first request's turn
     in_order = asyncio.Lock() if clock.in_order else None
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
         await slots.enter()
+        if not origin:  # the first request may go: the schedule starts (a held clock stands)
+            origin.append(clock.now())
         holds = Holds(clock)
         try:
             record = _new_record(index, spec, options)
+            if open_loop:
+                record.intended_time = origin[0] + due_at[index]
             body = payload(options.api, spec.text, options.output_len, options.model)
             on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s,
@@ -204,15 +212,11 @@ async def _send_all(
 
     tasks: list[asyncio.Task[RequestRecord]] = []
     try:
-        due: float | None = None
         for index, spec in enumerate(requests):
             tasks.append(asyncio.create_task(one(index, spec)))
             await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
-            if due is None:
-                due = clock.now()  # the schedule's origin: the first send
-            if gaps[index] > 0:
-                due += gaps[index]
-                await clock.sleep_until(due)
+            if gaps[index] > 0:  # the schedule's next instant, never the loop's wake-up
+                await clock.sleep_until(origin[0] + due_at[index + 1])
         clock.clear_bound()  # the schedule is done: the clock may pass the last send
         records.extend(await asyncio.gather(*tasks))
     finally:  # cancelled (an abort): no request may outlive the run or finish after it

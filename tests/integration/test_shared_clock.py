@@ -101,5 +101,10 @@ def test_open_loop_arrivals_land_at_their_scheduled_cluster_times(spawn, tmp_pat
     gaps = [b["arrival"] - a["arrival"] for a, b in itertools.pairwise(truth)]
     expected = [g * SCALE for g in arrival_gaps(len(specs), rate, 3)[:-1]]
     assert gaps == pytest.approx(expected, abs=1e-6)
+    # each record keeps its scheduled instant on the run's clock, and left at it: the
+    # shared clock is bounded at each send, so no request is late in cluster time
+    planned = [b.intended_time - a.intended_time for a, b in itertools.pairwise(records)]
+    assert planned == pytest.approx(arrival_gaps(len(specs), rate, 3)[:-1], abs=1e-9)
+    assert all(0 <= r.dispatch_delay * SCALE < 1e-3 for r in records)
     assert clock.stats().stalls == 0
     clock.close()

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kimi.results.catalogue import latency_prefix
+
 SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -295,7 +297,7 @@ class History:
         measured it, complete or not (a run stopped at another layout still measured this one
         in full). ``samples`` are the per-request latencies behind it (empty for
         throughputs). ``since``: only the runs from this one (its uid) on."""
-        prefix = metric.partition("_")[0]
+        prefix = latency_prefix(metric)
         with self._connect() as db:
             first = 0 if since is None else self._row(db, since)
             rows = db.execute(

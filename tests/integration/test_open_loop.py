@@ -1,0 +1,116 @@
+"""An open loop's schedule, against the scripted server's own clock.
+
+At a request rate each record keeps the instant its schedule meant it to leave. Truth comes
+from the server: the kernel's arrival stamp of each request's first segment and the instant
+it wrote each ``[DONE]``, on the same CLOCK_MONOTONIC as the client's stamps. A request can
+never reach the server before it was due, nor leave before the slot it waits for was freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_kimi.deploy.ports import free_port
+from pytest_kimi.results.metrics import summarize
+from pytest_kimi.run.notes import dispatch_notes
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
+
+pytest_plugins = ["pytester"]
+
+PROMPT = " ".join(["word"] * 32)
+HERE = Path(__file__).parent
+
+
+def _scripted(spawn, ttft_ms: int) -> str:
+    port = free_port()
+    server = spawn([sys.executable, "-m", "pytest_kimi.testing.scripted", "--port", str(port),
+                    "--ttft-ms", str(ttft_ms), "--itl-ms", "1"], "scripted")  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    server.wait_http(url + "/health")
+    return url
+
+
+def _run(url: str, n: int, rate: float, concurrency: int, seed: int) -> tuple[list, dict]:
+    specs = [RequestSpec(f"p{i}", PROMPT, 32) for i in range(n)]
+    options = ClientOptions(output_len=4, concurrency=concurrency, request_rate=rate, seed=seed)
+    records = asyncio.run(run_requests(url, specs, options))
+    assert all(r.success for r in records), [r.error for r in records]
+    truth = httpx.get(url + "/truth", timeout=30, trust_env=False).json()
+    return records, {str(e["index"]): e for e in truth}
+
+
+def test_each_request_keeps_its_scheduled_instant_and_never_reaches_the_server_early(spawn):
+    url = _scripted(spawn, ttft_ms=5)
+    records, truth = _run(url, n=20, rate=100.0, concurrency=20, seed=5)
+    origin = records[0].intended_time
+    assert origin is not None
+    due = list(itertools.accumulate(arrival_gaps(20, 100.0, 5), initial=0.0))[:20]
+    assert [r.intended_time - origin for r in records] == pytest.approx(due, abs=1e-9)
+    for record in records:
+        arrived = truth[record.request_id]["kernel_first"]  # the server's kernel's stamp
+        assert arrived is not None
+        # sent at or after its instant, and what it reports of that lies before the arrival
+        assert 0 <= record.dispatch_delay < arrived - record.intended_time
+    summary = summarize(records)
+    assert summary.open_loop and summary.dispatch_delay_ms.count == 20
+    assert summary.ttft_from_schedule_ms.min >= summary.ttft_ms.min
+
+
+def test_a_request_due_while_the_only_slot_is_taken_waits_and_is_said_to(spawn):
+    # concurrency 1 at 1000 requests/s against a 40 ms TTFT: each request is due long before
+    # the one ahead of it ends, so it leaves only after the server wrote that one's [DONE]
+    url = _scripted(spawn, ttft_ms=40)
+    records, truth = _run(url, n=5, rate=1000.0, concurrency=1, seed=2)
+    for ahead, record in itertools.pairwise(records):
+        done = truth[ahead.request_id]["end_before"]
+        assert record.latency_start > done > record.intended_time
+        assert record.dispatch_delay > done - record.intended_time
+    [note] = dispatch_notes(records, concurrency=1, time_scale=1.0)
+    late = sum(r.dispatch_delay > 0.005 for r in records)
+    assert late >= 4  # every request behind the first waited at least one 40 ms TTFT
+    assert f"{late} of 5 requests left more than 5 ms after their scheduled time" in note
+    assert f"{late} of them because every one of the 1 concurrency slots was taken" in note
+
+
+def test_a_closed_loop_keeps_no_schedule(spawn):
+    url = _scripted(spawn, ttft_ms=5)
+    records, _ = _run(url, n=4, rate=float("inf"), concurrency=2, seed=0)
+    assert all(r.intended_time is None and r.dispatch_delay is None for r in records)
+    assert not summarize(records).open_loop
+
+
+def test_a_mission_at_a_request_rate_reports_its_schedule_and_who_set_the_pace(
+    pytester: pytest.Pytester, leftovers
+):
+    """The mock at 1 request per cluster second, each 16K prefill ~9 s: the two slots fill,
+    later requests wait for one, and the run says so. On the mock's shared clock the client
+    is never late itself (the clock waits at each due instant)."""
+    pytester.makefile(".yaml", cluster=(HERE / "small_cluster.yaml").read_text())
+    pytester.makepyfile(test_speedbench=(HERE.parent / "perf" / "test_speedbench.py").read_text())
+    result = pytester.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-request-rate=1",
+        "--kimi-report-dir=out", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5)
+    [run] = (pytester.path / "out").iterdir()
+    lines = (run / "wide" / "records.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    measured = [r for r in records if not r["warmup"]]
+    assert all(r["intended_time"] is not None for r in measured)
+    assert all(r["intended_time"] is None for r in records if r["warmup"])
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    late = [r["connect_time"] - r["intended_time"] for r in measured]
+    assert summary["max_dispatch_delay_ms"] == pytest.approx(max(late) * 1000 * 400)
+    assert summary["p99_ttft_from_schedule_ms"] > summary["p99_ttft_ms"]
+    [note] = [n for n in summary["notes"] if "set the pace" in n]
+    assert "because every one of the 2 concurrency slots was taken" in note
+    assert "and 0 because the client itself was late" in note
+    comparison = (run / "comparison.md").read_text()
+    assert "Dispatch delay p99" in comparison and "TTFT from schedule p99" in comparison
