@@ -34,6 +34,10 @@ from pytest_kimi.workload.send import send_one
 from pytest_kimi.workload.stream import API_PATHS, payload
 from pytest_kimi.workload.transport import MeasuringTransport
 
+PREPARE_AHEAD_S = 0.005
+"""How early an open loop's request is prepared on a fresh connection: the client's work on
+it (~0.3 ms of httpx) is done by its instant, which it waits for at its transport's last step."""
+
 
 @dataclass(frozen=True)
 class ClientOptions:
@@ -97,10 +101,15 @@ async def run_requests(
     wall = isinstance(clock, WallClock)  # the kernel's stamps are on wall time only
     # stamping switched on before the first request, and kept on (kernelstamps.held_on)
     stamping = kernelstamps.held_on() if wall else contextlib.nullcontext(False)
-    with _no_gc_pauses(), clock.attach(), stamping:
+    with _no_gc_pauses(), clock.attach(), stamping as stamped:
+        if wall and stamped and not options.pooled:  # every arrival stamped by the kernel:
+            clock = WallClock(kernel_wait=True)  # an open loop's waits may hold the loop
+        # fresh connections go through MeasuringTransport, which waits for a prepared
+        # request's instant at its last step (on a shared clock the schedule waits)
+        ahead = PREPARE_AHEAD_S if wall and not options.pooled else 0.0
         async with _client(options.pooled, options.timeout_s, clock.now,
                            kernel_stamps=wall) as http:  # fmt: skip
-            work = _send_all(http, url, requests, options, warmup, hooks, records, clock)
+            work = _send_all(http, url, requests, options, warmup, hooks, records, clock, ahead)
             await (work if abort is None else abort.guard(work))
     return records
 
@@ -162,17 +171,16 @@ class _Slots:
         self.free += 1
 
 
-async def _send_all(
+async def _send_warmup(
     http: httpx.AsyncClient,
     url: str,
-    requests: Sequence[RequestSpec],
-    options: ClientOptions,
     warmup: Sequence[RequestSpec],
+    options: ClientOptions,
     hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
     records: list[RequestRecord],
     clock: RunClock,
 ) -> None:
-    """Warmup one by one (kept, marked), then the measured requests at fixed concurrency."""
+    """The warm-up requests one by one, kept and marked."""
     on_start, on_done = hooks
     for i, spec in enumerate(warmup):
         record = _new_record(-1 - i, spec, options, warmup=True)
@@ -184,30 +192,67 @@ async def _send_all(
         holds.settle()
         records.append(record)
         on_done(record)
+
+
+async def _send_all(
+    http: httpx.AsyncClient,
+    url: str,
+    requests: Sequence[RequestSpec],
+    options: ClientOptions,
+    warmup: Sequence[RequestSpec],
+    hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
+    records: list[RequestRecord],
+    clock: RunClock,
+    ahead: float = 0.0,
+) -> None:
+    """Warmup one by one (kept, marked), then the measured requests at fixed concurrency.
+
+    ``ahead``: in an open loop each request is prepared that many seconds before its
+    instant (record, body, httpx's request) and waits for it inside the transport, just
+    before connecting, so the client's own work is not in its dispatch delay; 0: each is
+    begun at its instant (the mock's shared clock, httpx's pool)."""
+    on_start, on_done = hooks
+    await _send_warmup(http, url, warmup, options, hooks, records, clock)
     slots = _Slots(options.concurrency, clock)
     gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
     due_at = list(itertools.accumulate(gaps, initial=0.0))  # each request's offset
     open_loop = options.request_rate != float("inf")
-    origin: list[float] = []  # the schedule's origin: the first request's turn
+    origin: list[float] = []  # the schedule's origin: the first request's turn, or
+    if ahead and open_loop:  # prepared ahead, the first one too: the run's start + ahead
+        origin.append(clock.now() + ahead)
     in_order = asyncio.Lock() if clock.in_order else None
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
-        await slots.enter()
-        if not origin:  # the first request may go: the schedule starts (a held clock stands)
-            origin.append(clock.now())
+        record = _new_record(index, spec, options)
+        body = payload(options.api, spec.text, options.output_len, options.model)
         holds = Holds(clock)
-        try:
-            record = _new_record(index, spec, options)
+        entered = False
+
+        async def take_turn() -> None:
+            """A concurrency slot, then, prepared ahead, the request's own instant."""
+            nonlocal entered
+            await slots.enter()
+            entered = True
+            if not origin:  # the first request may go: the schedule starts (a held clock stands)
+                origin.append(clock.now())
             if open_loop:
                 record.intended_time = origin[0] + due_at[index]
-            body = payload(options.api, spec.text, options.output_len, options.model)
+                if ahead:
+                    await clock.sleep_until(record.intended_time)
+            record.start_time = record.send_time = clock.now()
+
+        try:
+            if not ahead or not open_loop:
+                await take_turn()
             on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s,
-                           clock.now, holds, in_order, clock.taken)  # fmt: skip
+                           clock.now, holds, in_order, clock.taken,
+                           at_turn=take_turn if ahead and open_loop else None)  # fmt: skip
             on_done(record)
             return record
         finally:
-            slots.leave()  # the next request takes its hold first...
+            if entered:
+                slots.leave()  # the next request takes its hold first...
             holds.settle()  # ...then this one's last token lets go
 
     tasks: list[asyncio.Task[RequestRecord]] = []
@@ -216,7 +261,11 @@ async def _send_all(
             tasks.append(asyncio.create_task(one(index, spec)))
             await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
             if gaps[index] > 0:  # the schedule's next instant, never the loop's wake-up
-                await clock.sleep_until(origin[0] + due_at[index + 1])
+                due = origin[0] + due_at[index + 1]
+                if ahead:  # the request waits for its instant itself, once prepared
+                    await asyncio.sleep(max(0.0, due - ahead - clock.now()))
+                else:
+                    await clock.sleep_until(due)
         clock.clear_bound()  # the schedule is done: the clock may pass the last send
         records.extend(await asyncio.gather(*tasks))
     finally:  # cancelled (an abort): no request may outlive the run or finish after it

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Protocol
@@ -52,10 +54,25 @@ class RunClock(Protocol):
         ...
 
 
+LOOP_SLACK_S = 0.0015
+"""How early an open loop's wait hands over from the event loop's timer (late by up to 1 ms,
+and by however long the loop was busy) to the kernel's."""
+
+
+def _done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class WallClock:
     """Time as this machine measures it; nothing to hold."""
 
     in_order = False
+
+    def __init__(self, kernel_wait: bool = False) -> None:
+        self.kernel_wait = kernel_wait
+        self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []  # a heap, by instant
+        self._order = itertools.count()
 
     def now(self) -> float:
         return time.perf_counter()
@@ -75,9 +92,47 @@ class WallClock:
         yield self
 
     async def sleep_until(self, t: float) -> None:
+        """Until ``t``. asyncio waits in ``epoll_wait``, whose timeout is whole milliseconds
+        rounded up, so its timers fire up to 1 ms late, and an open loop's every send would
+        be. With ``kernel_wait`` the loop sleeps to within :data:`LOOP_SLACK_S` of ``t`` and
+        the rest on the kernel's timer (tens of µs), holding the loop that long: only where
+        no arrival is timed by its read (the kernel stamps every segment; the client says
+        when, :func:`pytest_kimi.workload.client.run_requests`)."""
         delay = t - self.now()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if not self.kernel_wait:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return
+        if delay > LOOP_SLACK_S:
+            await self._near(t, delay - LOOP_SLACK_S)
+        rest = t - self.now()
+        if rest > 0:
+            time.sleep(rest)
+        self._wake_near()
+
+    async def _near(self, t: float, delay: float) -> None:
+        """Until ``delay`` seconds from now, or until a wait that ended near ``t`` wakes it."""
+        loop = asyncio.get_running_loop()
+        near: asyncio.Future[None] = loop.create_future()
+        entry = (t, next(self._order), near)
+        heapq.heappush(self._waiting, entry)
+        timer = loop.call_later(delay, _done, near)
+        try:
+            await near
+        finally:
+            timer.cancel()
+            if entry in self._waiting:
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+
+    def _wake_near(self) -> None:
+        """Wake every wait whose instant is within :data:`LOOP_SLACK_S` of now. This wait
+        held the loop until its instant; the next one's timer fired meanwhile, but would run
+        only after the loop read everything that arrived during the hold. Woken from here it
+        runs first, and waits out the rest on the kernel's timer."""
+        horizon = self.now() + LOOP_SLACK_S
+        while self._waiting and self._waiting[0][0] <= horizon:
+            _done(heapq.heappop(self._waiting)[2])
 
     def clear_bound(self) -> None:
         """Wall time has no bounds."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -45,6 +45,8 @@ async def send_one(
     holds: Holds | None = None,
     in_order: asyncio.Lock | None = None,
     taken: Callable[[], int] | None = None,
+    *,
+    at_turn: Callable[[], Awaitable[None]] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; failures are recorded, not raised.
 
@@ -53,7 +55,8 @@ async def send_one(
     failure) is back, so requests sent at one instant reach the server in order; or, with
     ``taken`` (the shared clock's count of requests engines took in), until that count
     grows: through a disaggregating router the head comes back only once the prefill server
-    has answered, which takes cluster time that the requests still waiting hold still."""
+    has answered, which takes cluster time that the requests still waiting hold still.
+    ``at_turn``: awaited just before connecting (``client._send_all``'s open-loop wait)."""
     parser = StreamParser(api)
     held = holds or Holds(WALL)
     content = orjson.dumps(body)  # our own work: done before the request's clock starts
@@ -74,7 +77,7 @@ async def send_one(
                 record.start_time = record.send_time = clock()
                 if taken is not None:
                     watch = asyncio.create_task(give_when_taken(turn, taken, taken()))
-            extensions = {"trace": trace, "kimi_phases": phases}
+            extensions = {"trace": trace, "kimi_phases": phases, "kimi_at_turn": at_turn}
             stream = http.stream("POST", url, content=content, headers=JSON_HEADERS,
                                  extensions=extensions)  # fmt: skip
             async with stream as response:

@@ -273,6 +273,9 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
         where = f"{url.host}:{port}"
         message = _message(request, await request.aread())  # our work: before the clock
         addresses = await self._addresses_of(url.host, port)
+        at_turn = request.extensions.get("kimi_at_turn")
+        if at_turn is not None:  # prepared ahead: the request's instant (an open loop's)
+            await at_turn()
         phases.connecting = self.clock()
         sock = await self._connect(addresses, (url.host, port), where)
         phases.connected = self.clock()

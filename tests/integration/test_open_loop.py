@@ -56,7 +56,9 @@ def test_each_request_keeps_its_scheduled_instant_and_never_reaches_the_server_e
     for record in records:
         arrived = truth[record.request_id]["kernel_first"]  # the server's kernel's stamp
         assert arrived is not None
-        # sent at or after its instant, and what it reports of that lies before the arrival
+        # prepared ahead of its instant (client.PREPARE_AHEAD_S), yet sent at or after it,
+        # and what it reports of that lies before the arrival
+        assert record.intended_time <= record.start_time <= record.latency_start
         assert 0 <= record.dispatch_delay < arrived - record.intended_time
     summary = summarize(records)
     assert summary.open_loop and summary.dispatch_delay_ms.count == 20
