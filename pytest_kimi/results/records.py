@@ -79,6 +79,14 @@ class RequestRecord:
     # open-loop runs (a request rate, a trace): the instant the schedule meant it to leave;
     # None in a closed loop, where a request leaves when a slot frees (docs/metrics.md)
     intended_time: float | None = None
+    # multi-turn sessions (docs/metrics.md, "Sessions"): which session and which of its turns
+    # (0-based); None for a single-turn workload
+    session_id: str | None = None
+    turn: int | None = None
+    # prompt tokens the server found in its prefix cache (SGLang: /generate's
+    # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens); None where
+    # the server did not say
+    cached_tokens: int | None = None
 
     @property
     def latency_start(self) -> float:

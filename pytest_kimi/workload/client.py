@@ -15,13 +15,10 @@ router side), while a new connection costs ~1-2 ms. ``pooled=True`` is there to 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import gc
 import itertools
-import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import httpx
 
@@ -31,37 +28,16 @@ from pytest_kimi.workload.abort import Abort
 from pytest_kimi.workload.clocks import WALL, RunClock, WallClock
 from pytest_kimi.workload.holds import Holds
 from pytest_kimi.workload.send import send_one
+from pytest_kimi.workload.sessions import Session
+from pytest_kimi.workload.sessionsend import send_sessions
+from pytest_kimi.workload.slots import Slots
+from pytest_kimi.workload.specs import ClientOptions, RequestSpec, arrival_gaps
 from pytest_kimi.workload.stream import API_PATHS, payload
 from pytest_kimi.workload.transport import MeasuringTransport
 
 PREPARE_AHEAD_S = 0.005
 """How early an open loop's request is prepared on a fresh connection: the client's work on
 it (~0.3 ms of httpx) is done by its instant, which it waits for at its transport's last step."""
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    """How to send the workload."""
-
-    api: str = "generate"
-    output_len: int = 512
-    concurrency: int = 8
-    request_rate: float = float("inf")  # Poisson arrivals when finite
-    timeout_s: float = 3600.0
-    pooled: bool = False
-    model: str = "default"
-    seed: int = 0
-    clock_start: str = "request"  # where TTFT and E2E start: "request" | "send" (records.py)
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request to send: the prompt and its nominal length."""
-
-    prompt_id: str
-    text: str
-    nominal_tokens: int
-    category: str | None = None  # its SPEED-Bench category (the dataset row's)
 
 
 def _client(
@@ -78,7 +54,7 @@ def _client(
 
 async def run_requests(
     base_url: str,
-    requests: Sequence[RequestSpec],
+    requests: Sequence[RequestSpec] | Sequence[Session],
     options: ClientOptions,
     *,
     warmup: Sequence[RequestSpec] = (),
@@ -87,7 +63,9 @@ async def run_requests(
     abort: Abort | None = None,
     clock: RunClock = WALL,
 ) -> list[RequestRecord]:
-    """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency.
+    """Send ``warmup`` one by one (kept, marked), then ``requests`` at fixed concurrency:
+    single requests, or sessions of several turns (:mod:`pytest_kimi.workload.sessionsend`;
+    concurrency then counts sessions in flight).
 
     ``on_start`` sees each record as its request is sent, ``on_done`` once it is filled in:
     a caller that is interrupted still holds every record, finished or in flight. ``abort``
@@ -109,7 +87,7 @@ async def run_requests(
         ahead = PREPARE_AHEAD_S if wall and not options.pooled else 0.0
         async with _client(options.pooled, options.timeout_s, clock.now,
                            kernel_stamps=wall) as http:  # fmt: skip
-            work = _send_all(http, url, requests, options, warmup, hooks, records, clock, ahead)
+            work = _send(http, url, requests, options, warmup, hooks, records, clock, ahead)
             await (work if abort is None else abort.guard(work))
     return records
 
@@ -141,36 +119,6 @@ def _no_gc_pauses() -> Iterator[None]:
         gc.collect()
 
 
-class _Slots:
-    """``concurrency`` slots; a freed slot goes straight to the oldest waiting request.
-
-    Each request holds the clock from the moment it may be sent (a free slot, or one handed
-    over) until an engine takes it in, so a closed loop's follow-up arrives at the cluster
-    time its predecessor ended, as with a client that reacts at once."""
-
-    def __init__(self, size: int, clock: RunClock) -> None:
-        self.free, self.clock = size, clock
-        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    async def enter(self) -> None:
-        if self.free > 0 and not self.waiting:
-            self.free -= 1
-            self.clock.hold()
-            return
-        slot = asyncio.get_running_loop().create_future()
-        self.waiting.append(slot)
-        await slot  # the leaving request took the hold for us
-
-    def leave(self) -> None:
-        while self.waiting:
-            slot = self.waiting.popleft()
-            if not slot.done():
-                self.clock.hold()
-                slot.set_result(None)
-                return
-        self.free += 1
-
-
 async def _send_warmup(
     http: httpx.AsyncClient,
     url: str,
@@ -194,26 +142,47 @@ async def _send_warmup(
         on_done(record)
 
 
-async def _send_all(
+async def _send(
     http: httpx.AsyncClient,
     url: str,
-    requests: Sequence[RequestSpec],
+    work: Sequence[RequestSpec] | Sequence[Session],
     options: ClientOptions,
     warmup: Sequence[RequestSpec],
     hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
     records: list[RequestRecord],
     clock: RunClock,
+    ahead: float,
+) -> None:
+    """Warmup one by one (kept, marked), then the measured requests or sessions."""
+    await _send_warmup(http, url, warmup, options, hooks, records, clock)
+    sessions = [w for w in work if isinstance(w, Session)]
+    if sessions:
+        if len(sessions) != len(work):
+            raise TypeError("a run sends single requests or sessions, not both")
+        await send_sessions(http, url, sessions, options, hooks, records, clock)
+    else:
+        requests = [w for w in work if isinstance(w, RequestSpec)]
+        await _send_all(http, url, requests, options, hooks, records, clock, ahead)
+
+
+async def _send_all(
+    http: httpx.AsyncClient,
+    url: str,
+    requests: Sequence[RequestSpec],
+    options: ClientOptions,
+    hooks: tuple[Callable[[RequestRecord], None], Callable[[RequestRecord], None]],
+    records: list[RequestRecord],
+    clock: RunClock,
     ahead: float = 0.0,
 ) -> None:
-    """Warmup one by one (kept, marked), then the measured requests at fixed concurrency.
+    """The measured requests at fixed concurrency.
 
     ``ahead``: in an open loop each request is prepared that many seconds before its
     instant (record, body, httpx's request) and waits for it inside the transport, just
     before connecting, so the client's own work is not in its dispatch delay; 0: each is
     begun at its instant (the mock's shared clock, httpx's pool)."""
     on_start, on_done = hooks
-    await _send_warmup(http, url, warmup, options, hooks, records, clock)
-    slots = _Slots(options.concurrency, clock)
+    slots = Slots(options.concurrency, clock)
     gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
     due_at = list(itertools.accumulate(gaps, initial=0.0))  # each request's offset
     open_loop = options.request_rate != float("inf")
@@ -272,17 +241,6 @@ async def _send_all(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:
-    """Seconds to wait after sending request ``i``: a seeded Poisson process at ``rate``
-    requests/s (exponential gaps, as bench_serving's ``--request-rate``); all zero for inf."""
-    if rate == float("inf"):
-        return [0.0] * n
-    if not rate > 0:
-        raise ValueError(f"request rate must be > 0 or inf, got {rate}")
-    rng = random.Random(seed)
-    return [rng.expovariate(rate) if i + 1 < n else 0.0 for i in range(n)]
 
 
 def _new_record(

@@ -49,6 +49,11 @@ class RunClock(Protocol):
         stay there until the next call or :meth:`clear_bound`."""
         ...
 
+    def bound_at(self, t: float) -> None:
+        """The clock may not pass ``t`` until the next bound or :meth:`clear_bound`: the
+        earliest of several waits (sessions' think times) the client is about to sleep on."""
+        ...
+
     def clear_bound(self) -> None:
         """No more sends are scheduled: nothing of this client's stops the clock."""
         ...
@@ -133,6 +138,9 @@ class WallClock:
         horizon = self.now() + LOOP_SLACK_S
         while self._waiting and self._waiting[0][0] <= horizon:
             _done(heapq.heappop(self._waiting)[2])
+
+    def bound_at(self, t: float) -> None:
+        """Wall time has no bounds."""
 
     def clear_bound(self) -> None:
         """Wall time has no bounds."""

@@ -20,7 +20,7 @@ from pytest_kimi.workload.clocks import RunClock
 class Holds:
     """The client's part in a shared clock for one request (no-ops on wall time).
 
-    Before a request is sent the clock is held for it (by the client's ``_Slots`` or the
+    Before a request is sent the clock is held for it (by the client's ``Slots`` or the
     warm-up); an engine lets go when the request arrives. The engine holds the clock for the
     first and the last token; the client lets go of the first once it has read it, and of the
     last in :meth:`settle`, which the caller runs after the next request has taken its hold:

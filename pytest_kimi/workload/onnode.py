@@ -33,13 +33,26 @@ from typing import Any, TextIO
 
 from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.prompts import ChatTemplate
+from pytest_kimi.workload.sessions import Session, ThinkTime
+
+Work = list[RequestSpec] | list[Session]
 
 
-def read_spec(path: Path) -> tuple[str, ClientOptions, list[RequestSpec], list[RequestSpec]]:
-    """(endpoint, options, measured requests, warm-up requests) from a spec file."""
+def read_spec(path: Path) -> tuple[str, ClientOptions, Work, list[RequestSpec]]:
+    """(endpoint, options, measured requests or sessions, warm-up requests) from a spec file."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    options = ClientOptions(**data["options"])
-    measured = [RequestSpec(*r) for r in data["requests"]]
+    fields = dict(data["options"])
+    fields["think_time"] = ThinkTime(**fields.get("think_time", {}))
+    if fields.get("chat_template"):
+        template = fields["chat_template"]
+        fields["chat_template"] = ChatTemplate(Path(template["source"]), template["text"],
+                                               template["special_tokens"])  # fmt: skip
+    options = ClientOptions(**fields)
+    measured: Work = [RequestSpec(*r) for r in data["requests"]]
+    if data.get("sessions"):
+        measured = [Session(i, tuple(turns), system, category)
+                    for i, turns, system, category in data["sessions"]]  # fmt: skip
     warmup = [RequestSpec(*r) for r in data["warmup"]]
     return data["endpoint"], options, measured, warmup
 
@@ -47,17 +60,20 @@ def read_spec(path: Path) -> tuple[str, ClientOptions, list[RequestSpec], list[R
 def spec_json(
     endpoint: str,
     options: ClientOptions,
-    requests: list[RequestSpec],
+    requests: Work,
     warmup: list[RequestSpec],
 ) -> str:
     """The spec file's text (the inverse of :func:`read_spec`)."""
     from dataclasses import asdict
 
-    rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category] for r in requests]
+    rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category]
+            for r in requests if isinstance(r, RequestSpec)]  # fmt: skip
+    sessions = [[s.id, list(s.turns), s.system, s.category]
+                for s in requests if isinstance(s, Session)]  # fmt: skip
     warm = [[r.prompt_id, r.text, r.nominal_tokens, r.category] for r in warmup]
-    return json.dumps(
-        {"endpoint": endpoint, "options": asdict(options), "requests": rows, "warmup": warm}
-    )
+    spec = {"endpoint": endpoint, "options": asdict(options), "requests": rows,
+            "sessions": sessions, "warmup": warm}  # fmt: skip
+    return json.dumps(spec, default=str)  # a template's source path
 
 
 class EventWriter:

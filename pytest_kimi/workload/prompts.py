@@ -66,13 +66,16 @@ class ChatTemplate:
     def render_first_turn(self, turn: str) -> str:
         """The text SGLang's loader would send for this turn: one user message in the template,
         with the generation prompt appended."""
+        return self.render([{"role": "user", "content": turn}])
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """A conversation in the template, with the generation prompt appended: what SGLang's
+        chat API would tokenize for the same messages."""
         from jinja2.exceptions import TemplateError
 
         try:
             return _compiled(self.text).render(
-                messages=[{"role": "user", "content": turn}],
-                add_generation_prompt=True,
-                **self.special_tokens,
+                messages=messages, add_generation_prompt=True, **self.special_tokens
             )
         except TemplateError as exc:
             raise PromptError(f"{self.source}: chat template failed to render: {exc}") from None

@@ -47,6 +47,7 @@ async def send_one(
     taken: Callable[[], int] | None = None,
     *,
     at_turn: Callable[[], Awaitable[None]] | None = None,
+    answer: list[str] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record``; failures are recorded, not raised.
 
@@ -56,8 +57,9 @@ async def send_one(
     ``taken`` (the shared clock's count of requests engines took in), until that count
     grows: through a disaggregating router the head comes back only once the prefill server
     has answered, which takes cluster time that the requests still waiting hold still.
-    ``at_turn``: awaited just before connecting (``client._send_all``'s open-loop wait)."""
-    parser = StreamParser(api)
+    ``at_turn``: awaited just before connecting (``client._send_all``'s open-loop wait).
+    ``answer``: the answer's text is appended to it (a session sends it back next turn)."""
+    parser = StreamParser(api, keep_text=answer is not None)
     held = holds or Holds(WALL)
     content = orjson.dumps(body)  # our own work: done before the request's clock starts
     phases = Phases()
@@ -96,14 +98,8 @@ async def send_one(
         record.success = record.first_token_time is not None
         if not record.success:
             record.error = "stream carried no generated text"
-    except TimeoutError:
-        record.error = f"timeout: no complete response within {timeout_s:g}s"
-    except ServerError as exc:
-        record.error = str(exc)
-    except (json.JSONDecodeError, orjson.JSONDecodeError) as exc:
-        record.error = f"malformed SSE data: {exc}"
-    except httpx.HTTPError as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+    except (TimeoutError, ServerError, json.JSONDecodeError, httpx.HTTPError) as exc:
+        record.error = _error_text(exc, timeout_s)
     finally:  # also when the run is cancelled: no watcher outlives its request
         if watch is not None:
             watch.cancel()
@@ -113,7 +109,20 @@ async def send_one(
     if record.end_time is None:
         record.end_time = clock()
     _fill_counts(record, parser)
+    if answer is not None:
+        answer.append(parser.text)
     return record
+
+
+def _error_text(exc: Exception, timeout_s: float) -> str:
+    """What a failed request's record says of why."""
+    if isinstance(exc, TimeoutError):
+        return f"timeout: no complete response within {timeout_s:g}s"
+    if isinstance(exc, ServerError):
+        return str(exc)
+    if isinstance(exc, json.JSONDecodeError):  # orjson's is a subclass
+        return f"malformed SSE data: {exc}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _fill_counts(record: RequestRecord, parser: StreamParser) -> None:
@@ -124,3 +133,4 @@ def _fill_counts(record: RequestRecord, parser: StreamParser) -> None:
     record.reasoning_tokens = parser.reasoning_tokens
     record.spec_verify_ct = parser.spec_verify_ct
     record.spec_accept_length = parser.spec_accept_length
+    record.cached_tokens = parser.cached_tokens

@@ -173,12 +173,16 @@ class SharedClock:
         open-loop client's next send happens at its cluster time however late this process
         wakes. The bound stays until the next call (or :meth:`leave`): the caller holds the
         clock for the request it sends first."""
-        if self._slot is None:
-            self.join()
+        self.bound_at(t)
         target = (t - self.origin) * self.scale
-        self.bound(target)
         while (now := self.cluster_now()) < target:
             await asyncio.sleep(max((target - now) / self.scale, 0.0005))
+
+    def bound_at(self, t: float) -> None:
+        """The clock may not pass ``t`` (a :meth:`now` reading) until bound again."""
+        if self._slot is None:
+            self.join()
+        self.bound((t - self.origin) * self.scale)
 
     def clear_bound(self) -> None:
         """This process schedules nothing more: its bound no longer stops the clock."""

@@ -31,8 +31,12 @@ API_PATHS = {
 }
 
 
-def payload(api: str, text: str, output_len: int, model: str) -> dict[str, Any]:
-    """Request body: temperature 0, fixed output length, ignore EOS (as bench_serving)."""
+def payload(
+    api: str, text: str, output_len: int, model: str, messages: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """Request body: temperature 0, fixed output length, ignore EOS (as bench_serving).
+    ``messages``: the chat API's conversation (a session's), else one user message of
+    ``text``; the other APIs send ``text`` (a session's conversation rendered as text)."""
     if api == "generate":
         sampling = {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}
         return {"text": text, "sampling_params": sampling, "stream": True}
@@ -49,7 +53,7 @@ def payload(api: str, text: str, output_len: int, model: str) -> dict[str, Any]:
     if api == "completions":
         return {**common, "prompt": text}
     if api == "chat":
-        return {**common, "messages": [{"role": "user", "content": text}]}
+        return {**common, "messages": messages or [{"role": "user", "content": text}]}
     raise ValueError(f"unknown api {api!r}; expected one of {', '.join(API_PATHS)}")
 
 
@@ -74,10 +78,13 @@ class StreamParser:
     else the tokens counted in reasoning chunks (SGLang 0.5.9's chat usage always says 0).
     """
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, keep_text: bool = False) -> None:
         self.api = api
+        self.keep_text = keep_text  # a session resends the answer: keep it (:attr:`text`)
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self._texts: list[str] = []
         self.request_id: str | None = None
         self.spec_verify_ct: int | None = None
         self.spec_accept_length: float | None = None
@@ -86,6 +93,12 @@ class StreamParser:
         self._last_reasoning = 0  # tokens the last chunk with text gave to reasoning
         self._reasoning_streamed = 0
         self._reasoning_reported = 0
+
+    @property
+    def text(self) -> str:
+        """The answer as streamed (reasoning left out: a chat client does not send its
+        thinking back), when asked to keep it."""
+        return "".join(self._texts)
 
     @property
     def reasoning_tokens(self) -> int:
@@ -107,6 +120,9 @@ class StreamParser:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
             self._reasoning_reported = _reported_reasoning(usage) or self._reasoning_reported
+            details = usage.get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                self.cached_tokens = int(details["cached_tokens"])
         choices = data.get("choices") or []
         if not choices:
             return 0, False
@@ -118,6 +134,8 @@ class StreamParser:
             answer, reasoning = delta.get("content"), delta.get("reasoning_content")
         if not answer and not reasoning:
             return 0, False
+        if answer and self.keep_text:
+            self._texts.append(answer)
         tokens = 1
         if usage and usage.get("completion_tokens") is not None:  # continuous_usage_stats
             total = int(usage["completion_tokens"])
@@ -142,6 +160,10 @@ class StreamParser:
         meta = data.get("meta_info") or {}
         self.request_id = meta.get("id", self.request_id)
         self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+        if meta.get("cached_tokens") is not None:
+            self.cached_tokens = int(meta["cached_tokens"])
+        if self.keep_text and data.get("text") is not None:  # /generate's text is cumulative
+            self._texts[:] = [data["text"]]
         if "spec_verify_ct" in meta:  # speculative decoding: the finished request's counts
             self.spec_verify_ct = int(meta["spec_verify_ct"])
             length = meta.get("spec_accept_length")

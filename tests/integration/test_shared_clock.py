@@ -16,6 +16,7 @@ import pytest
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.processes import mock_argv
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
+from pytest_kimi.workload.sessions import Session, ThinkTime
 from pytest_kimi.workload.sharedclock import SharedClock
 
 PROMPT = " ".join(["bago"] * 64)
@@ -108,3 +109,31 @@ def test_open_loop_arrivals_land_at_their_scheduled_cluster_times(spawn, tmp_pat
     assert all(0 <= r.dispatch_delay * SCALE < 1e-3 for r in records)
     assert clock.stats().stalls == 0
     clock.close()
+
+
+@pytest.mark.parametrize("think_s", [0.0, 5.0])
+def test_a_sessions_next_turn_arrives_its_think_time_after_the_answer_in_cluster_time(
+    spawn, tmp_path, think_s
+):
+    """Sessions on the shared clock: each later turn reaches the model exactly its think
+    time (cluster seconds) after the model finished the turn before, however slow the
+    client; a session's slot goes to the next session at the instant its last turn ends."""
+    clock = SharedClock.create(tmp_path / "clock", SCALE)
+    url = _serve(spawn, tmp_path / "clock")
+    sessions = [Session(f"s{i}", (PROMPT, "bago bago", "bago"), system="bago " * 32)
+                for i in range(3)]  # fmt: skip
+    options = ClientOptions(api="chat", output_len=8, concurrency=2,
+                            think_time=ThinkTime(think_s / SCALE))  # fmt: skip
+    records = asyncio.run(run_requests(url, sessions, options, on_done=_slow_client,
+                                       clock=clock))  # fmt: skip
+    assert len(records) == 9 and all(r.success for r in records), [r.error for r in records]
+    truth = {t["rid"]: t for t in httpx.get(url + "/kimi/ground_truth").json()["requests"]}
+    model = {(r.session_id, r.turn): truth[r.request_id.removeprefix("chatcmpl-")]
+             for r in records}  # fmt: skip
+    for session in sessions:
+        for k in (1, 2):
+            after, before = model[(session.id, k)], model[(session.id, k - 1)]
+            assert after["arrival"] == pytest.approx(before["finished"] + think_s, abs=1e-6)
+    # the third session started when the first of the others ended its last turn
+    ends = sorted(model[(s.id, 2)]["finished"] for s in sessions[:2])
+    assert model[("s2", 0)]["arrival"] == pytest.approx(ends[0], abs=1e-6)

@@ -30,6 +30,8 @@ from pytest_kimi.deploy.plan import plan_deployment
 from pytest_kimi.results.records import Chunk, RequestRecord
 from pytest_kimi.workload.client import ClientOptions, RequestSpec
 from pytest_kimi.workload.onnode import EventWriter, read_spec, spec_json
+from pytest_kimi.workload.prompts import ChatTemplate
+from pytest_kimi.workload.sessions import Session, ThinkTime
 
 ON_NODE = BASE + "network:\n  client: on_node\n  client_node: n3\n"
 NODE = Node(name="n3", host="10.0.0.3", gpus=8)
@@ -169,6 +171,19 @@ def test_the_spec_file_carries_requests_and_options_both_ways(tmp_path: Path) ->
     path.write_text(spec_json("http://10.0.0.1:30000", options, reqs, warm))
     assert read_spec(path) == ("http://10.0.0.1:30000", options, reqs, warm)
     assert math.isinf(read_spec(path)[1].request_rate)  # inf survives JSON (Infinity)
+
+
+def test_the_spec_file_carries_sessions_think_times_and_the_template(tmp_path: Path) -> None:
+    template = ChatTemplate(tmp_path / "tokenizer_config.json",
+                            "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}",
+                            {"bos_token": "<s>"})  # fmt: skip
+    options = ClientOptions(api="generate", think_time=ThinkTime(0.5, "exponential"),
+                            chat_template=template)  # fmt: skip
+    sessions = [Session("a", ("one", "two ü"), "sys", "agentic"), Session("b", ("x",))]
+    path = tmp_path / "spec.json"
+    path.write_text(spec_json("http://10.0.0.1:30000", options, sessions, []))
+    assert read_spec(path) == ("http://10.0.0.1:30000", options, sessions, [])
+    assert read_spec(path)[1].render([{"role": "user", "content": "hi"}]) == "<user>hi"
 
 
 def test_the_shipped_zip_holds_the_client_and_its_imports() -> None:
