@@ -19,7 +19,7 @@ answer starts; reasoning and answer token totals say how the output splits.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -230,6 +230,8 @@ def summarize(
     total_in = sum(r.input_tokens for r in ok)
     total_out = sum(r.output_tokens for r in ok)
     total_reasoning = sum(r.reasoning_tokens for r in ok)
+    options = {"time_scale": scale, "percentiles": configured,
+               "goodput_limits_ms": goodput_limits_ms}  # fmt: skip
     return Summary(
         completed=len(ok),
         failed=len(measured) - len(ok),
@@ -258,9 +260,9 @@ def summarize(
         e2e_from_schedule_ms=dists["e2e_from_schedule"],
         total_reasoning_tokens=total_reasoning,
         **_speculation(ok, server_accept_length),
-        by_category=_by_category(
-            measured, time_scale=scale, percentiles=configured, goodput_limits_ms=goodput_limits_ms
-        ),
+        **_prefix_cache(ok),
+        by_category=_by(measured, lambda r: r.category, **options),
+        by_turn=_by(measured, lambda r: r.turn, **options),
     )
 
 
@@ -282,15 +284,27 @@ def _speculation(ok: Sequence[RequestRecord], server: float | None) -> dict:
     return {}
 
 
-def _by_category(measured: Sequence[RequestRecord], **options: Any) -> dict[str, Summary]:
-    """Each category's requests summarized alone; empty unless there are two or more (one
-    category's figures would repeat the overall ones). The server's gauge is not split: it
-    has no categories."""
-    names = sorted({r.category for r in measured if r.category is not None})
-    if len(names) < 2:
+def _prefix_cache(ok: Sequence[RequestRecord]) -> dict:
+    """Prompt tokens the servers found in their prefix caches, and their share of the prompt
+    tokens of the requests that said (none said: unknown, not 0)."""
+    said = [r for r in ok if r.cached_tokens is not None]
+    if not said:
         return {}
-    return {name: summarize([r for r in measured if r.category == name], **options)
-            for name in names}  # fmt: skip
+    cached, prompt = sum(r.cached_tokens or 0 for r in said), sum(r.input_tokens for r in said)
+    return {"cached_tokens_total": cached, "cache_hit_rate": cached / prompt if prompt else _NAN}
+
+
+def _by(
+    measured: Sequence[RequestRecord], key: Callable[[RequestRecord], Any], **options: Any
+) -> dict[str, Summary]:
+    """The requests of each value of ``key`` (a SPEED-Bench category, a session's turn)
+    summarized alone; empty unless there are two or more (one's figures would repeat the
+    overall ones). The server's gauge is not split: it has neither."""
+    values = sorted({key(r) for r in measured if key(r) is not None})
+    if len(values) < 2:
+        return {}
+    return {str(value): summarize([r for r in measured if key(r) == value], **options)
+            for value in values}  # fmt: skip
 
 
 def per_request_ms(

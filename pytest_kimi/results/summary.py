@@ -172,8 +172,14 @@ class Summary:
     # sglang:spec_accept_length gauge, where responses carry no counts: the OpenAI APIs)
     spec_accept_length: float = _NAN
     spec_accept_length_source: str | None = None
+    # prompt tokens the servers found in their prefix caches (records' cached_tokens), and
+    # their share of those requests' prompt tokens; None / NaN where no server said
+    cached_tokens_total: int | None = None
+    cache_hit_rate: float = _NAN
     # the same figures over each SPEED-Bench category's requests (empty: one category or none)
     by_category: Mapping[str, Summary] = field(default_factory=dict)
+    # ... and over each turn of multi-turn sessions, by the records' 0-based turn index
+    by_turn: Mapping[str, Summary] = field(default_factory=dict)
 
     @property
     def total_answer_tokens(self) -> int:
@@ -281,7 +287,10 @@ class Summary:
         out["distributions"] = {_ATTRS[prefix]: dist.to_dict() for prefix, dist in dists.items()}
         out["spec_accept_length"] = self.spec_accept_length
         out["spec_accept_length_source"] = self.spec_accept_length_source
+        out["cached_tokens_total"] = self.cached_tokens_total
+        out["cache_hit_rate"] = self.cache_hit_rate
         out["by_category"] = {name: sub.to_dict() for name, sub in self.by_category.items()}
+        out["by_turn"] = {turn: sub.to_dict() for turn, sub in self.by_turn.items()}
         return json_safe(out)
 
     @classmethod
@@ -316,7 +325,10 @@ class Summary:
             total_reasoning_tokens=int(data.get("total_reasoning_tokens") or 0),
             spec_accept_length=_number(data.get("spec_accept_length")),
             spec_accept_length_source=data.get("spec_accept_length_source"),
+            cached_tokens_total=data.get("cached_tokens_total"),
+            cache_hit_rate=_number(data.get("cache_hit_rate")),
             by_category={
                 name: cls.from_dict(sub) for name, sub in (data.get("by_category") or {}).items()
             },
+            by_turn={turn: cls.from_dict(sub) for turn, sub in (data.get("by_turn") or {}).items()},
         )

@@ -379,7 +379,10 @@ def expected_keys(pkeys: list[str]) -> set[str]:
         "total_answer_tokens",
         "spec_accept_length",
         "spec_accept_length_source",
+        "cached_tokens_total",
+        "cache_hit_rate",
         "by_category",
+        "by_turn",
     }
     for m in ("ttft", "tpot", "itl", "e2e_latency", "ttfat"):
         keys |= {f"mean_{m}_ms", f"median_{m}_ms", f"std_{m}_ms"}
@@ -762,3 +765,31 @@ def test_every_metric_is_split_by_category() -> None:
     # one category (or none): nothing to split
     assert summarize([_spec_record(0, 300, 100, "low")]).by_category == {}
     assert summarize(base_records()).by_category == {}
+
+
+def test_sessions_give_the_prefix_cache_figures_and_every_figure_per_turn() -> None:
+    from pytest_kimi.results.summary import Summary
+
+    def turn(index: int, session: str, k: int, send: float, ttft: float, cached: int | None):
+        first, end = send + ttft, send + ttft + 1.0
+        r = rec(index, send, first, end, [(first, 1), (end, 1)], prompt_tokens=1000 * (k + 1))
+        r.session_id, r.turn, r.cached_tokens = session, k, cached
+        return r
+
+    records = [turn(0, "a", 0, 0.0, 0.8, 0), turn(1, "a", 1, 3.0, 0.2, 900),
+               turn(2, "b", 0, 0.5, 0.9, 0), turn(3, "b", 1, 3.5, 0.4, 1500)]  # fmt: skip
+    s = summarize(records)
+    assert s.cached_tokens_total == 2400
+    assert s.cache_hit_rate == pytest.approx(2400 / 6000)
+    assert sorted(s.by_turn) == ["0", "1"]
+    first, second = s.by_turn["0"], s.by_turn["1"]
+    assert first.ttft_ms.mean == pytest.approx(850) and second.ttft_ms.mean == pytest.approx(300)
+    assert (first.cache_hit_rate, second.cache_hit_rate) == (0.0, pytest.approx(2400 / 4000))
+    assert first.by_turn == {}  # one level
+    back = Summary.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back.by_turn["1"].ttft_ms == second.ttft_ms
+    assert (back.cached_tokens_total, back.cache_hit_rate) == (2400, s.cache_hit_rate)
+    # no server said what it cached: unknown, never 0 %
+    quiet = summarize([turn(0, "a", 0, 0.0, 0.8, None), turn(1, "a", 1, 3.0, 0.2, None)])
+    assert quiet.cached_tokens_total is None and math.isnan(quiet.cache_hit_rate)
+    assert summarize(base_records()).by_turn == {}  # single-turn requests: nothing to split
