@@ -75,6 +75,7 @@ class ClusterConfig:
     history: Path | None = None  # history: resolved against the cluster file's folder
     # the ${NAME} references the file was read with: name -> value (or default) used
     variables: Mapping[str, str] = field(default_factory=dict)
+    workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)  # by name: workloads:
 
     @property
     def sha256(self) -> str:
@@ -91,6 +92,16 @@ class ClusterConfig:
             if node.name == name:
                 return node
         raise KeyError(name)
+
+    def named_workload(self, name: str) -> WorkloadConfig:
+        """The workload the file names ``name`` (``workloads:``); a clear error lists them."""
+        try:
+            return self.workloads[name]
+        except KeyError:
+            known = ", ".join(self.workloads) or "none"
+            raise self.source.error(
+                "workloads", f"unknown workload {name!r}; this cluster file names: {known}"
+            ) from None
 
     def layout(self, name: str) -> Layout:
         """The layout called ``name``; a clear error lists the known ones."""

@@ -7,7 +7,7 @@ and the workload's prompts. Any problem is a :class:`UsageProblem` (pytest's usa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,8 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
 
     try:
         cluster = with_sglang_version(load_cluster(options.cluster_path), options.sglang_version)
+        if options.workload:  # --kimi-workload: one of the file's workloads: over its workload
+            cluster = replace(cluster, workload=cluster.named_workload(options.workload))
         check_gate(options, cluster)
         names = options.layouts or tuple(cluster.layouts)
         layouts = tuple(cluster.layout(name) for name in names)
@@ -251,6 +253,9 @@ def load_prompts(
         wl = point.apply(cluster.workload)
         config = configs[point.id]
         key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
+        if wl.sessions:
+            out[point.id] = _sessions(options, cluster, wl, path)
+            continue
         if key not in loaded:
             loaded[key] = load_workload(
                 path,
@@ -264,6 +269,22 @@ def load_prompts(
             )
         out[point.id] = loaded[key]
     return out
+
+
+def _sessions(
+    options: Options, cluster: ClusterConfig, wl: WorkloadConfig, path: Path
+) -> Workload:
+    """A session workload's sessions: from its dataset, or generated (``kind: agentic``)."""
+    from pytest_kimi.workload.agentic import Agentic
+    from pytest_kimi.workload.sessionset import load_sessions
+
+    agentic = Agentic(turns=wl.turns, system_prompt_tokens=wl.system_prompt_tokens,
+                      task_tokens=wl.task_tokens, tool_result_tokens=wl.tool_result_tokens)
+    return load_sessions(
+        wl.kind, path, count=wl.num_requests + wl.warmup_requests, seed=wl.seed,
+        category=wl.category, agentic=agentic, prompt=options.prompt or wl.prompt,
+        api=wl.api, tokenizer_dir=tokenizer_dir(options, cluster),
+    )  # fmt: skip
 
 
 def check_gate(options: Options, cluster: ClusterConfig) -> None:

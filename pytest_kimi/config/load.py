@@ -83,6 +83,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         server=_server(raw.server, _secret_env(src, "server", raw.server, environ)),
         router=_router(raw.router, nodes, _secret_env(src, "router", raw.router, environ)),
         workload=_workload(src, raw.workload),
+        workloads={n: _named(src, n, raw.workload, w) for n, w in raw.workloads.items()},
         slo=dict(raw.slo),
         mock=mock,
         startup_timeout_s=raw.startup_timeout_s,
@@ -281,6 +282,24 @@ def _workload(src: Located, workload: workloadmodels.Workload) -> WorkloadConfig
         clock_start=workload.clock_start,
         sweeps=sweeps,
     )
+
+
+_SESSION_FIELDS = {"kind", "turns", "system_prompt_tokens", "task_tokens", "tool_result_tokens",
+                   "think_time"}  # fmt: skip
+
+
+def _named(
+    src: Located, name: str, base: workloadmodels.Workload, entry: workloadmodels.NamedWorkload
+) -> WorkloadConfig:
+    """A named workload: the settings it gives over the file's ``workload``, and its kind."""
+    given = entry.model_dump(exclude_unset=True, exclude=_SESSION_FIELDS)
+    merged = base.model_copy(update={key: getattr(entry, key) for key in given})
+    return replace(
+        _workload(src, merged), name=name, kind=entry.kind, turns=entry.turns,
+        system_prompt_tokens=entry.system_prompt_tokens, task_tokens=entry.task_tokens,
+        tool_result_tokens=entry.tool_result_tokens, think_time_s=entry.think_time.seconds,
+        think_time_kind=entry.think_time.kind,
+    )  # fmt: skip
 
 
 def _beside(cluster_file: Path, given: str) -> Path:

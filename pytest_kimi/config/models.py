@@ -34,7 +34,7 @@ from pytest_kimi.config.nodemodels import SSH, Deployment, NodeModel, Slurm
 from pytest_kimi.config.processmodels import Mock, Router, Server
 from pytest_kimi.config.runmodels import Locks, Logs, Network, Preflight, Telemetry, Watchdog
 from pytest_kimi.config.strictmodel import StrictModel
-from pytest_kimi.config.workloadmodels import Workload
+from pytest_kimi.config.workloadmodels import NamedWorkload, Workload
 
 SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
 
@@ -69,6 +69,10 @@ class ClusterFile(StrictModel):
     server: Server = Field(description=Server.__doc__)
     router: Router = Field(description=Router.__doc__)
     workload: Workload = Field(description=Workload.__doc__)
+    workloads: dict[LayoutName, NamedWorkload] = Field(
+        default_factory=dict,
+        description="Other workloads by name, each over `workload` (--kimi-workload NAME).",
+    )
     slo: dict[str, TextValue] = Field(default_factory=dict, description=SLOS)
     regression: dict[str, TextValue] = Field(
         default_factory=dict,

@@ -26,6 +26,7 @@ class Options:
     baseline: Path | None = None
     fail_thresholds: str = ""
     dataset: str | None = None  # --kimi-dataset: over the cluster file's workload.dataset
+    workload: str | None = None  # --kimi-workload: a workload of the file's workloads:
     speedbench_config: str | None = None  # over workload.speedbench_config
     category: str | None = None  # over workload.category (a comma list sweeps it)
     prompt: str | None = None  # over workload.prompt

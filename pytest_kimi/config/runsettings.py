@@ -36,6 +36,22 @@ class WorkloadConfig:
     clock_start: str = "request"  # request (bench_serving's) | send: where TTFT and E2E start
     # settings the file sweeps (setting -> its values; the first is the field's): points
     sweeps: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # a named workload (workloads: in the cluster file, --kimi-workload): its name, and what
+    # it sends: requests (single turns), sessions (from the dataset) or agentic (generated);
+    # for sessions num_requests counts sessions and concurrency sessions in flight
+    name: str | None = None
+    kind: str = "requests"
+    turns: int = 6  # agentic: per session
+    system_prompt_tokens: int = 2048  # agentic: shared by every session
+    task_tokens: int = 256  # agentic: the first turn
+    tool_result_tokens: int = 512  # agentic: each later turn
+    think_time_s: float = 0.0  # cluster seconds between an answer and the next turn
+    think_time_kind: str = "fixed"  # fixed | exponential (seeded)
+
+    @property
+    def sessions(self) -> bool:
+        """Whether it sends multi-turn sessions."""
+        return self.kind != "requests"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ percentiles reported and the goodput limits. Part of the file's shape
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from pytest_kimi.config.fields import (
@@ -83,3 +85,43 @@ class Workload(StrictModel):
         default_factory=lambda: [50.0, 90.0, 95.0, 99.0], description="Percentiles reported."
     )
     goodput: Goodput = Field(default_factory=Goodput, description=Goodput.__doc__)
+
+
+WORKLOAD_KINDS = ("requests", "sessions", "agentic")
+THINK_KINDS = ("fixed", "exponential")  # workload.sessions.THINK_KINDS
+
+
+class ThinkTime(StrictModel):
+    """The pause between an answer and the session's next turn (cluster seconds)."""
+
+    seconds: Annotated[float, Field(ge=0)] = Field(0.0, description="The pause, or its mean.")
+    kind: one_of(*THINK_KINDS) = Field(
+        "fixed", description="fixed: every pause is `seconds`; exponential: drawn, seeded."
+    )
+
+
+class NamedWorkload(Workload):
+    """A workload the cluster file names (``workloads: {NAME: ...}``), picked with
+    --kimi-workload NAME: its settings over the file's ``workload``, which gives the rest."""
+
+    kind: one_of(*WORKLOAD_KINDS) = Field(
+        "requests",
+        description="requests: single-turn SPEED-Bench prompts (the seed's); sessions: "
+        "multi-turn sessions from `dataset` (SPEED-Bench rows of several turns, or ShareGPT "
+        "JSONL); agentic: seeded synthetic agent sessions. For sessions and agentic, "
+        "num_requests counts sessions and concurrency counts sessions in flight.",
+    )
+    dataset: Text | None = Field(None, description="As workload.dataset (default: its).")
+    num_requests: Sweep[Count] | None = Field(None, description="As workload.num_requests.")
+    input_len: Sweep[Count] | None = Field(None, description="As workload.input_len.")
+    output_len: Sweep[Count] | None = Field(
+        None, description="As workload.output_len; for sessions, the answer tokens per turn."
+    )
+    concurrency: Sweep[Count] | None = Field(None, description="As workload.concurrency.")
+    turns: Count = Field(6, description="agentic: turns per session (a task, then tool results).")
+    system_prompt_tokens: NonNegative = Field(
+        2048, description="agentic: the system prompt every session shares."
+    )
+    task_tokens: Count = Field(256, description="agentic: the first user turn.")
+    tool_result_tokens: Count = Field(512, description="agentic: each later turn.")
+    think_time: ThinkTime = Field(default_factory=ThinkTime, description=ThinkTime.__doc__)

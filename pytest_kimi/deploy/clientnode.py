@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pytest_kimi.deploy.executor import Executor, Handle
     from pytest_kimi.workload.abort import Abort
     from pytest_kimi.workload.client import ClientOptions, RequestSpec
+    from pytest_kimi.workload.sessions import Session
 
 CLIENT_MODULE = "pytest_kimi.workload.onnode"
 Hook = Callable[[RequestRecord], None]
@@ -216,7 +217,7 @@ class NodeClient:
 
     def run(
         self,
-        requests: Sequence[RequestSpec],
+        requests: Sequence[RequestSpec] | Sequence[Session],
         options: ClientOptions,
         *,
         warmup: Sequence[RequestSpec] = (),
@@ -233,7 +234,7 @@ class NodeClient:
         if self.offset is None:
             self.offset = self._offset()
         spec_path, events = f"{self.folder}/{tag}.spec.json", f"{self.folder}/{tag}.events.jsonl"
-        text = spec_json(self.endpoint, options, list(requests), list(warmup))
+        text = spec_json(self.endpoint, options, requests, list(warmup))
         self.executor.put_file(self.node, spec_path, text.encode())
         spec = ProcessSpec(name=tag, node=self.node, role="client",
                            argv=(*self.python, "-m", CLIENT_MODULE, spec_path, events),

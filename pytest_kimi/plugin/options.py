@@ -151,12 +151,21 @@ def add_workload_options(group: pytest.OptionGroup) -> None:
     """What is sent: the data, its rows, the workload points (a list
     sweeps), the prompt's form and its tokenizer."""
     group.addoption(
+        "--kimi-workload",
+        dest="kimi_workload",
+        default=None,
+        metavar="NAME",
+        help="a workload the cluster file names under workloads: (e.g. agentic: multi-turn "
+        "sessions); default: the file's workload",
+    )
+    group.addoption(
         "--kimi-dataset",
         dest="kimi_dataset",
         default=None,
         metavar="PATH",
         help="SPEED-Bench data: a .jsonl or .parquet file, or a local snapshot directory of "
-        "nvidia/SPEED-Bench (default: the cluster file's workload.dataset)",
+        "nvidia/SPEED-Bench; for a sessions workload a JSONL of SPEED-Bench rows of several "
+        "turns or of ShareGPT conversations (default: the workload's dataset)",
     )
     group.addoption(
         "--kimi-speedbench-config",
@@ -317,6 +326,7 @@ def resolve(config: pytest.Config) -> Options:
         baseline=Path(base) if base else None,
         fail_thresholds=config.getoption("kimi_fail"),
         dataset=config.getoption("kimi_dataset"),
+        workload=config.getoption("kimi_workload"),
         speedbench_config=config.getoption("kimi_speedbench_config"),
         category=config.getoption("kimi_category"),
         prompt=config.getoption("kimi_prompt"),
@@ -346,6 +356,7 @@ def explicit(config: pytest.Config) -> bool:
     return (
         any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
         or bool(config.getoption("kimi_dataset"))
+        or bool(config.getoption("kimi_workload"))
         or bool(config.getoption("kimi_sglang_version"))
         or any(config.getoption(dest) for _, dest, _, _ in SWEEP_OPTIONS)
         or bool(config.getoption("kimi_slo"))

@@ -109,11 +109,14 @@ def notes(
     counters: Mapping[str, ReplicaCounters],
     replicas: int | None = None,
     succeeded: int | None = None,
+    cached: int | None = None,
 ) -> list[str]:
     """Readable notes for the report; says so explicitly when the logs are clean.
 
     ``counters``: each replica's counters over the run (``LayoutResult.replica_counters``);
-    ``succeeded``: requests the client saw succeed, to cross-check the counters' total."""
+    ``succeeded``: requests the client saw succeed, to cross-check the counters' total;
+    ``cached``: the measured records' cached prompt tokens (None: no server said), against
+    the replicas' cache counters."""
     out = []
     if findings:
         for f in findings:
@@ -121,7 +124,28 @@ def notes(
     else:
         kinds = ", ".join([*PATTERNS, "router health-check failures"])
         out.append(f"log check: no {kinds} found")
-    return out + split_notes(counters, replicas, succeeded)
+    return out + split_notes(counters, replicas, succeeded) + cache_notes(counters, cached)
+
+
+def cache_notes(counters: Mapping[str, ReplicaCounters], cached: int | None) -> list[str]:
+    """The replicas' prefix-cache hits over the run (``sglang:cached_tokens_total``), and
+    whether they add up to what the responses said (``cached_tokens`` per request)."""
+    known = {n: c.cached_tokens for n, c in counters.items() if c.cached_tokens is not None}
+    if not known or (cached is None and not any(known.values())):
+        return []
+    parts = ", ".join(f"{name}: {n}" for name, n in sorted(known.items()))
+    out = [f"prefix cache hits per replica (sglang:cached_tokens_total over the run): {parts}"]
+    total = sum(known.values())
+    if cached is None or len(known) < len(counters):
+        return out
+    if total == cached:
+        out.append(f"the replicas' cache counters agree with the responses' cached_tokens "
+                   f"({cached} tokens)")  # fmt: skip
+    else:
+        out.append(f"the replicas' cache counters total {total} cached tokens but the "
+                   f"responses said {cached}: other traffic on these replicas, or requests "
+                   "that finished after the client gave up")  # fmt: skip
+    return out
 
 
 def split_notes(

@@ -18,7 +18,10 @@ from typing import Any
 REQUESTS = "sglang:num_requests_total"
 PROMPT_TOKENS = "sglang:prompt_tokens_total"
 GENERATION_TOKENS = "sglang:generation_tokens_total"
-SERVER_COUNTERS = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS)
+# prompt tokens found in the prefix cache, by cache_source (device, host, storage_*; "total"
+# where the server splits none): summed (SGLang 0.5.9 and 0.5.23, TokenizerMetricsCollector)
+CACHED_TOKENS = "sglang:cached_tokens_total"
+SERVER_COUNTERS = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS, CACHED_TOKENS)
 # speculative decoding's accept length over the scheduler's last decode-log window: a gauge,
 # so the highest of its label sets (ranks that do not log it stay 0), never a sum
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
@@ -37,6 +40,7 @@ class ReplicaCounters:
     prompt_tokens: int | None
     generation_tokens: int | None
     router_requests: int | None = None
+    cached_tokens: int | None = None  # prompt tokens its prefix cache held
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +53,7 @@ class ReplicaCounters:
             prompt_tokens=data.get("prompt_tokens"),
             generation_tokens=data.get("generation_tokens"),
             router_requests=data.get("router_requests"),
+            cached_tokens=data.get("cached_tokens"),
         )
 
 
@@ -119,6 +124,14 @@ def _server_delta(
     return _delta(old.get(metric, 0.0), new[metric])
 
 
+def _cached_delta(old: Mapping[str, float] | None, new: Mapping[str, float] | None) -> int | None:
+    """The cached-token counter has a sample only once a request hit the cache: a server
+    read before and after whose other counters exist cached nothing when it has none."""
+    if old is None or new is None or REQUESTS not in new:
+        return None
+    return _delta(old.get(CACHED_TOKENS, 0.0), new.get(CACHED_TOKENS, 0.0))
+
+
 def deltas(
     urls: Mapping[str, str], before: Snapshot, after: Snapshot
 ) -> dict[str, ReplicaCounters]:
@@ -136,5 +149,6 @@ def deltas(
             prompt_tokens=_server_delta(old, new, PROMPT_TOKENS),
             generation_tokens=_server_delta(old, new, GENERATION_TOKENS),
             router_requests=routed,
+            cached_tokens=_cached_delta(old, new),
         )
     return out

@@ -306,7 +306,9 @@ def _teardown(
         findings = scan_logs(dep.log_dir, dep.log_marks)
         succeeded = sum(1 for r in result.records if r.success and not r.warmup)
         replicas = inputs.cluster.replicas_of(layout)
-        result.notes.extend(quality_notes(findings, result.replica_counters, replicas, succeeded))
+        cached = result.summary.cached_tokens_total if result.summary else None
+        result.notes.extend(quality_notes(findings, result.replica_counters, replicas, succeeded,
+                                          cached))  # fmt: skip
         if dep.killed:
             result.notes.append(killed_note(dep.killed, dep.grace_s))
         if leftovers:

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
 _WORKLOAD_FIELDS = (
     "num_requests", "input_len", "output_len", "concurrency", "warmup_requests", "api", "seed",
-    "category", "request_timeout_s", "clock_start",
+    "category", "request_timeout_s", "clock_start", "name", "kind",
+)  # fmt: skip
+_SESSION_FIELDS = (  # a session workload's (an agentic one's sizes too)
+    "turns", "system_prompt_tokens", "task_tokens", "tool_result_tokens", "think_time_s",
+    "think_time_kind",
 )  # fmt: skip
 
 
@@ -110,6 +114,7 @@ def manifest(
         "nodes_per_replica": None if layout.disaggregated else cluster.nodes_per_replica_of(layout),
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
+            **({k: getattr(wl, k) for k in _SESSION_FIELDS} if wl.sessions else {}),
             "request_rate": str(wl.request_rate),
             **_effective(inputs, first),
             "dataset": inputs.workload.manifest() if inputs.workload else None,

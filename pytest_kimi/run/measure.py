@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from pytest_kimi.workload.abort import Abort
     from pytest_kimi.workload.client import ClientOptions, RequestSpec
     from pytest_kimi.workload.clocks import RunClock
+    from pytest_kimi.workload.dataset import Workload
+    from pytest_kimi.workload.prompts import ChatTemplate
+    from pytest_kimi.workload.sessions import Session
     from pytest_kimi.workload.sharedclock import SharedClock, Stats
 
 
@@ -78,15 +81,12 @@ def measure(
     from pytest_kimi.results.events import NoProgress
     from pytest_kimi.results.metrics import summarize
     from pytest_kimi.results.records import RecordJournal
-    from pytest_kimi.workload.client import RequestSpec
     from pytest_kimi.workload.clocks import WALL
 
     point = point or Point()
     wl = inputs.workload_of(point)
-    prompts = [RequestSpec(p.id, p.text, wl.input_len, p.category)
-               for p in inputs.prompts_of(point).prompts]  # fmt: skip
-    warmup, measured = prompts[: wl.warmup_requests], prompts[wl.warmup_requests :]
-    options = _client_options(inputs, wl)
+    options = _client_options(inputs, wl, inputs.prompts_of(point).chat_template)
+    warmup, measured = _work(inputs.prompts_of(point), wl, options)
     log = _RequestLog(result.case, progress or NoProgress(), clock or WALL,
                       RecordJournal(folder.journal_path(layout.name, point.id)))  # fmt: skip
     router_before = router_counters(target.router_metrics_url)
@@ -128,10 +128,32 @@ def measure(
     result.notes.extend(router_notes(target.router_metrics_url, router_before))
 
 
-def _client_options(inputs: Inputs, wl: WorkloadConfig) -> ClientOptions:
-    """How the client sends the point's requests: rate and timeout scaled to cluster time,
-    the served model's name, the seed, and where latencies are timed from."""
+def _work(
+    loaded: Workload, wl: WorkloadConfig, options: ClientOptions
+) -> tuple[list[RequestSpec], list[RequestSpec] | list[Session]]:
+    """The warm-up requests and the measured requests or sessions. A session workload's
+    warm-up is the first turns of its first ``warmup_requests`` sessions, sent alone."""
+    from pytest_kimi.workload.client import RequestSpec
+    from pytest_kimi.workload.sessions import words
+
+    n = wl.warmup_requests
+    if not wl.sessions:
+        prompts = [RequestSpec(p.id, p.text, wl.input_len, p.category) for p in loaded.prompts]
+        return prompts[:n], prompts[n:]
+    warm = [options.render(s.messages(0, [])) for s in loaded.sessions[:n]]
+    warmup = [RequestSpec(f"{s.id}/warmup", text, words(text), s.category)
+              for s, text in zip(loaded.sessions[:n], warm, strict=True)]  # fmt: skip
+    return warmup, list(loaded.sessions[n:])
+
+
+def _client_options(
+    inputs: Inputs, wl: WorkloadConfig, template: ChatTemplate | None = None
+) -> ClientOptions:
+    """How the client sends the point's requests: rate, timeout and think time scaled to
+    cluster time, the served model's name, the seed, where latencies are timed from, and a
+    session's chat template."""
     from pytest_kimi.workload.client import ClientOptions
+    from pytest_kimi.workload.sessions import ThinkTime
 
     return ClientOptions(
         api=wl.api,
@@ -142,6 +164,8 @@ def _client_options(inputs: Inputs, wl: WorkloadConfig) -> ClientOptions:
         model=inputs.cluster.server.model_path,
         seed=wl.seed,
         clock_start=wl.clock_start,
+        think_time=ThinkTime(wl.think_time_s / inputs.time_scale, wl.think_time_kind),
+        chat_template=template,
     )
 
 
@@ -150,7 +174,7 @@ def _send(
     options: ClientOptions,
     log: _RequestLog,
     abort: Abort | None,
-    requests: list[RequestSpec],
+    requests: list[RequestSpec] | list[Session],
     warm: list[RequestSpec],
 ) -> list[RequestRecord]:
     """Here, or on a node (``network.client: on_node``): the same hooks either way."""
@@ -205,7 +229,8 @@ def _record_notes(
         turnaround_notes,
     )
 
-    out = prompt_length_notes(records, wl.input_len) + unplaced_token_notes(records)
+    out = [] if wl.sessions else prompt_length_notes(records, wl.input_len)  # sessions grow
+    out += unplaced_token_notes(records)
     out += dispatch_notes(records, wl.concurrency, inputs.time_scale)
     if clock is not None and shared_before is not None:
         out += clock_notes(shared_before, clock.stats(), inputs.time_scale)

@@ -36,13 +36,12 @@ class Agentic:
     turns: int = 6  # per session: the task, then turns - 1 tool results
     system_prompt_tokens: int = 2048  # shared by every session
     task_tokens: int = 256  # the first user turn
-    tool_result_tokens: int = 512  # each later turn
-    answer_tokens: int = 128  # generated per turn
+    tool_result_tokens: int = 512  # each later turn (the answers' length is the workload's)
     think_time: ThinkTime = field(default_factory=ThinkTime)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("sessions", "turns", "task_tokens", "tool_result_tokens", "answer_tokens"):
+        for name in ("sessions", "turns", "task_tokens", "tool_result_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agentic workload: {name} must be >= 1, got "
                                  f"{getattr(self, name)}")  # fmt: skip

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kimi.workload import prompts as prompts_mod
-from pytest_kimi.workload.prompts import PromptConstruction
+from pytest_kimi.workload.prompts import ChatTemplate, PromptConstruction
 from pytest_kimi.workload.rows import (
     PLACEHOLDER_MARKERS,
     UNCATEGORIZED,
@@ -34,6 +34,7 @@ from pytest_kimi.workload.rows import (
     row_prompt,
     type_name,
 )
+from pytest_kimi.workload.sessions import Session
 from pytest_kimi.workload.speedbench import DataFile, parquet_rows, sha256_file, snapshot_files
 
 __all__ = [
@@ -88,10 +89,14 @@ class Workload:
     construction: PromptConstruction = field(
         default_factory=lambda: PromptConstruction(prompts_mod.RAW, prompts_mod.RAW)
     )
+    # a session workload's sessions, in order (warm-up ones first, as prompts); their
+    # conversations become /generate text in this template (sessionset.load_sessions)
+    sessions: tuple[Session, ...] = ()
+    chat_template: ChatTemplate | None = None
 
     def __len__(self) -> int:
-        """Number of selected prompts (the number of requests)."""
-        return len(self.prompts)
+        """Number of selected prompts (the number of requests), or of sessions."""
+        return len(self.sessions) if self.sessions else len(self.prompts)
 
     def manifest(self) -> dict[str, Any]:
         """JSON-ready description for a run manifest: enough to check a rerun used the same data."""
@@ -106,7 +111,9 @@ class Workload:
             "seed": self.seed,
             "prompt": self.construction.manifest(),
             "prompt_ids": [p.id for p in self.prompts],
-        }
+            **({"session_ids": [s.id for s in self.sessions],
+                "turns": sum(len(s.turns) for s in self.sessions)} if self.sessions else {}),
+        }  # fmt: skip
 
 
 def _fail(path: Path, line: int, problem: str, field: str | None = None) -> DatasetError:

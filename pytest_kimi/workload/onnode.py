@@ -28,6 +28,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,10 +37,12 @@ from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.prompts import ChatTemplate
 from pytest_kimi.workload.sessions import Session, ThinkTime
 
-Work = list[RequestSpec] | list[Session]
+Work = Sequence[RequestSpec] | Sequence[Session]
 
 
-def read_spec(path: Path) -> tuple[str, ClientOptions, Work, list[RequestSpec]]:
+def read_spec(
+    path: Path,
+) -> tuple[str, ClientOptions, list[RequestSpec] | list[Session], list[RequestSpec]]:
     """(endpoint, options, measured requests or sessions, warm-up requests) from a spec file."""
     data = json.loads(path.read_text(encoding="utf-8"))
     fields = dict(data["options"])
@@ -49,7 +52,7 @@ def read_spec(path: Path) -> tuple[str, ClientOptions, Work, list[RequestSpec]]:
         fields["chat_template"] = ChatTemplate(Path(template["source"]), template["text"],
                                                template["special_tokens"])  # fmt: skip
     options = ClientOptions(**fields)
-    measured: Work = [RequestSpec(*r) for r in data["requests"]]
+    measured: list[RequestSpec] | list[Session] = [RequestSpec(*r) for r in data["requests"]]
     if data.get("sessions"):
         measured = [Session(i, tuple(turns), system, category)
                     for i, turns, system, category in data["sessions"]]  # fmt: skip

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +25,9 @@ from pytest_kimi.workload import sessionsend
 from pytest_kimi.workload.client import ClientOptions, arrival_gaps, run_requests
 from pytest_kimi.workload.sessions import Session, ThinkTime, raw_text
 
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).parent
 OUTPUT = 4
 ANSWER = " tok" * OUTPUT  # what the scripted server streams for 4 tokens
 
@@ -120,3 +125,51 @@ def test_a_failed_turn_ends_its_session(spawn, monkeypatch: pytest.MonkeyPatch):
         ("s1", 0), ("s1", 1)]  # fmt: skip
     assert sum(r.session_id != "s1" for r in records) == 6
     assert len(truth) == 2 * 8  # two keys per request: the server never saw s1's third turn
+
+
+def test_a_mission_on_a_named_agentic_workload_sends_sessions_and_splits_by_turn(
+    pytester: pytest.Pytester, leftovers
+):
+    """``--kimi-workload agentic`` on the mock: the named workload over the file's, sessions
+    of three turns, each turn carrying the one before (its prompt grows by the earlier turn
+    and its answer), figures per turn, and the manifest naming the sessions."""
+    cluster = (HERE / "small_cluster.yaml").read_text() + """
+workloads:
+  agentic:
+    kind: agentic
+    num_requests: 4
+    output_len: 8
+    turns: 3
+    system_prompt_tokens: 600
+    task_tokens: 100
+    tool_result_tokens: 200
+    think_time: {seconds: 2.0}
+"""
+    pytester.makefile(".yaml", cluster=cluster)
+    pytester.makepyfile(test_speedbench=(HERE.parent / "perf" / "test_speedbench.py").read_text())
+    result = pytester.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=wide", "--kimi-workload=agentic",
+        "--kimi-report-dir=out", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5)
+    [run] = (pytester.path / "out").iterdir()
+    lines = (run / "wide" / "records.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    warm = [r for r in records if r["warmup"]]
+    measured = [r for r in records if not r["warmup"]]
+    assert len(warm) == 1 and warm[0]["session_id"] is None  # a first turn, sent alone
+    assert sorted((r["session_id"], r["turn"]) for r in measured) == [
+        (f"agent-{i:04d}", k) for i in range(1, 5) for k in range(3)]  # fmt: skip
+    assert all(r["success"] for r in measured)
+    for r in measured:  # the server's prompt count: system + every turn and answer so far
+        earlier = (100 + 8) + (200 + 8) * (r["turn"] - 1) if r["turn"] else 0
+        grows = earlier + (200 if r["turn"] else 100)
+        assert r["prompt_tokens"] >= 600 + grows  # the chat template adds its own tokens
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert sorted(summary["by_turn"]) == ["0", "1", "2"]
+    assert summary["by_turn"]["2"]["completed"] == 4
+    manifest = json.loads((run / "wide" / "manifest.json").read_text())
+    assert (manifest["workload"]["name"], manifest["workload"]["kind"]) == ("agentic", "agentic")
+    assert manifest["workload"]["think_time_s"] == 2.0
+    assert manifest["workload"]["dataset"]["session_ids"][1:] == [
+        f"agent-{i:04d}" for i in range(1, 5)]  # fmt: skip

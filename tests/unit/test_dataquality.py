@@ -103,3 +103,20 @@ def test_log_check_stops_where_teardown_began(tmp_path: Path):
     assert [f.kind for f in scan_logs(tmp_path, {"replica0-node1.log": len(ours + run)})] == [
         "NCCL error"
     ]
+
+
+def test_the_replicas_cache_hits_are_held_to_what_the_responses_said():
+    def counters(a: int | None, b: int | None) -> dict[str, ReplicaCounters]:
+        return {"replica0": ReplicaCounters("u0", 4, 100, 10, cached_tokens=a),
+                "replica1": ReplicaCounters("u1", 4, 100, 10, cached_tokens=b)}  # fmt: skip
+
+    agree = notes([], counters(600, 200), 2, 8, cached=800)
+    assert "prefix cache hits per replica (sglang:cached_tokens_total over the run): " \
+           "replica0: 600, replica1: 200" in agree
+    assert "the replicas' cache counters agree with the responses' cached_tokens " \
+           "(800 tokens)" in agree
+    differ = notes([], counters(600, 200), 2, 8, cached=500)
+    assert any("total 800 cached tokens but the responses said 500" in n for n in differ)
+    partly = notes([], counters(600, None), 2, 8, cached=600)  # one unread: no verdict
+    assert not any("agree" in n or "but the responses" in n for n in partly)
+    assert not any("prefix cache" in n for n in notes([], counters(0, 0), 2, 8))  # no cache

@@ -78,9 +78,9 @@ def test_deltas_are_after_minus_before_per_replica():
         router_read=True,
     )
     got = deltas(URLS, before, after)
-    assert got["replica0"] == ReplicaCounters(URLS["replica0"], 10, 8000, 0, 10)
+    assert got["replica0"] == ReplicaCounters(URLS["replica0"], 10, 8000, 0, 10, cached_tokens=0)
     # replica1 had finished nothing before: its counters had no sample yet, so 0
-    assert got["replica1"] == ReplicaCounters(URLS["replica1"], 4, 1024, 300, 0)
+    assert got["replica1"] == ReplicaCounters(URLS["replica1"], 4, 1024, 300, 0, cached_tokens=0)
 
 
 def test_unreadable_or_reset_counters_are_unknown_not_zero():
@@ -123,3 +123,21 @@ def test_the_accept_length_gauge_is_the_mean_of_the_replicas_that_speculate():
                      "replica2": None})  # fmt: skip
     assert server_accept_length(snap) == 3.0
     assert server_accept_length(Snapshot({"replica0": server_totals(text(0.0))})) is None
+
+
+def test_cached_tokens_are_summed_over_their_sources_and_absent_means_none_cached() -> None:
+    """``sglang:cached_tokens_total`` carries a cache_source label (device, host, ...), and
+    has no sample until a request hits the cache (SGLang 0.5.9's collector)."""
+    cached = SERVER + """\
+# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{model_name="kimi",cache_source="device"} 700.0
+sglang:cached_tokens_total{model_name="kimi",cache_source="host"} 50.0
+"""
+    assert server_totals(cached)["sglang:cached_tokens_total"] == 750.0
+    before = Snapshot({"r0": server_totals(SERVER), "r1": server_totals(SERVER)})
+    after = Snapshot({"r0": server_totals(cached), "r1": server_totals(SERVER)})
+    out = deltas({"r0": "http://a", "r1": "http://b"}, before, after)
+    assert (out["r0"].cached_tokens, out["r1"].cached_tokens) == (750, 0)
+    unread = deltas({"r0": "http://a"}, Snapshot({"r0": None}), after)
+    assert unread["r0"].cached_tokens is None
+    assert ReplicaCounters.from_dict(out["r0"].to_dict()) == out["r0"]

@@ -153,7 +153,7 @@ def test_a_bad_session_row_is_refused_where_it_is(tmp_path: Path, rows, message)
 
 def test_the_agentic_generator_shares_one_system_prompt_and_sizes_each_turn():
     spec = Agentic(sessions=5, turns=4, system_prompt_tokens=300, task_tokens=40,
-                   tool_result_tokens=70, answer_tokens=16, seed=3)  # fmt: skip
+                   tool_result_tokens=70, seed=3)  # fmt: skip
     sessions = agentic_sessions(spec)
     assert sessions == agentic_sessions(spec)  # seeded
     assert sessions != agentic_sessions(Agentic(**{**spec.__dict__, "seed": 4}))
