@@ -19,6 +19,27 @@ from pytest_kimi.testing.processes import NO_HYPOTHESIS, Proc, mock_argv
 
 
 @pytest.fixture
+def small_mission(pytester: pytest.Pytester, leftovers):
+    """The user's benchmark file on ``small_cluster.yaml`` (plus ``extra`` YAML), layout
+    ``wide``, with ``args``; every test passes; the run folder."""
+    here = Path(__file__).parent
+
+    def run(*args: str, extra: str = "") -> Path:
+        pytester.makefile(".yaml", cluster=(here / "small_cluster.yaml").read_text() + extra)
+        user_file = (here.parent / "perf" / "test_speedbench.py").read_text()
+        pytester.makepyfile(test_speedbench=user_file)
+        result = pytester.runpytest_subprocess(
+            "--cluster=cluster.yaml", "--layout=wide", *args, "--kimi-report-dir=out",
+            "-p", "no:cacheprovider",
+        )  # fmt: skip
+        result.assert_outcomes(passed=5)
+        [folder] = (pytester.path / "out").iterdir()
+        return folder
+
+    return run
+
+
+@pytest.fixture
 def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """pytest's own, with its child runs (in process or not) loading no hypothesis plugin
     (:data:`~pytest_kimi.testing.processes.NO_HYPOTHESIS`): ``runpytest_subprocess`` passes

@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import json
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,7 +24,6 @@ from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps
 pytest_plugins = ["pytester"]
 
 PROMPT = " ".join(["word"] * 32)
-HERE = Path(__file__).parent
 
 
 def _scripted(spawn, ttft_ms: int) -> str:
@@ -88,20 +86,11 @@ def test_a_closed_loop_keeps_no_schedule(spawn):
     assert not summarize(records).open_loop
 
 
-def test_a_mission_at_a_request_rate_reports_its_schedule_and_who_set_the_pace(
-    pytester: pytest.Pytester, leftovers
-):
+def test_a_mission_at_a_request_rate_reports_its_schedule_and_who_set_the_pace(small_mission):
     """The mock at 1 request per cluster second, each 16K prefill ~9 s: the two slots fill,
     later requests wait for one, and the run says so. On the mock's shared clock the client
     is never late itself (the clock waits at each due instant)."""
-    pytester.makefile(".yaml", cluster=(HERE / "small_cluster.yaml").read_text())
-    pytester.makepyfile(test_speedbench=(HERE.parent / "perf" / "test_speedbench.py").read_text())
-    result = pytester.runpytest_subprocess(
-        "--cluster=cluster.yaml", "--layout=wide", "--kimi-request-rate=1",
-        "--kimi-report-dir=out", "-p", "no:cacheprovider",
-    )  # fmt: skip
-    result.assert_outcomes(passed=5)
-    [run] = (pytester.path / "out").iterdir()
+    run = small_mission("--kimi-request-rate=1")
     lines = (run / "wide" / "records.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     measured = [r for r in records if not r["warmup"]]

@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import json
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -27,7 +26,6 @@ from pytest_kimi.workload.sessions import Session, ThinkTime, raw_text
 
 pytest_plugins = ["pytester"]
 
-HERE = Path(__file__).parent
 OUTPUT = 4
 ANSWER = " tok" * OUTPUT  # what the scripted server streams for 4 tokens
 
@@ -127,13 +125,11 @@ def test_a_failed_turn_ends_its_session(spawn, monkeypatch: pytest.MonkeyPatch):
     assert len(truth) == 2 * 8  # two keys per request: the server never saw s1's third turn
 
 
-def test_a_mission_on_a_named_agentic_workload_sends_sessions_and_splits_by_turn(
-    pytester: pytest.Pytester, leftovers
-):
+def test_a_mission_on_a_named_agentic_workload_sends_sessions_and_splits_by_turn(small_mission):
     """``--kimi-workload agentic`` on the mock: the named workload over the file's, sessions
     of three turns, each turn carrying the one before (its prompt grows by the earlier turn
     and its answer), figures per turn, and the manifest naming the sessions."""
-    cluster = (HERE / "small_cluster.yaml").read_text() + """
+    agentic = """
 workloads:
   agentic:
     kind: agentic
@@ -145,14 +141,7 @@ workloads:
     tool_result_tokens: 200
     think_time: {seconds: 2.0}
 """
-    pytester.makefile(".yaml", cluster=cluster)
-    pytester.makepyfile(test_speedbench=(HERE.parent / "perf" / "test_speedbench.py").read_text())
-    result = pytester.runpytest_subprocess(
-        "--cluster=cluster.yaml", "--layout=wide", "--kimi-workload=agentic",
-        "--kimi-report-dir=out", "-p", "no:cacheprovider",
-    )  # fmt: skip
-    result.assert_outcomes(passed=5)
-    [run] = (pytester.path / "out").iterdir()
+    run = small_mission("--kimi-workload=agentic", extra=agentic)
     lines = (run / "wide" / "records.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     warm = [r for r in records if r["warmup"]]
