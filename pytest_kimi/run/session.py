@@ -243,10 +243,15 @@ class Run:
 def attached_split_notes(attached: Attached, result: LayoutResult) -> list[str]:
     """The replica split of an attached run, from the counters of the workers that answered
     (one that could not be asked is named in the discovery's notes, not counted here)."""
-    from pytest_kimi.report.dataquality import split_notes
+    from pytest_kimi.report.dataquality import cache_notes, split_notes
 
-    succeeded = result.summary.completed if result.summary is not None else None
-    return split_notes(result.replica_counters, len(attached.worker_urls()), succeeded)
+    summary = result.summary
+    succeeded = summary.completed if summary is not None else None
+    cached = summary.cached_tokens_total if summary is not None else None
+    counters = result.replica_counters
+    return split_notes(counters, len(attached.worker_urls()), succeeded) + cache_notes(
+        counters, cached
+    )
 
 
 def _level(inputs: Inputs, concurrency: int) -> Point:

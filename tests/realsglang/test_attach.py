@@ -150,3 +150,29 @@ def test_only_the_old_router_drops_per_chunk_usage_that_the_servers_send(real_de
         assert all(u is None for u in through), through
     else:
         assert all(u is not None for u in through), through
+
+
+def test_an_agentic_workload_hits_the_servers_prefix_cache_as_their_counters_say(
+    real_deployment, tmp_path
+):
+    """``--kimi-workload agentic`` (clusters/cpu-sglang.yaml): sessions of three turns whose
+    prompts share a system prompt and grow by each answer. Real SGLang's radix cache finds
+    their prefixes: every later turn reports cached prompt tokens in its meta_info, and the
+    records' sum is what the servers' own sglang:cached_tokens_total grew by."""
+    done, run = _attach(real_deployment, tmp_path, "--kimi-workload=agentic",
+                        f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    lines = (run / "tp1" / "records.jsonl").read_text().splitlines()
+    measured = [r for r in map(json.loads, lines) if not r["warmup"]]
+    assert len(measured) == 6 * 3 and all(r["success"] for r in measured)
+    later = [r for r in measured if r["turn"] >= 1]
+    assert all(r["cached_tokens"] > 0 for r in later), [r["cached_tokens"] for r in later]
+    summary = json.loads((run / "tp1" / "summary.json").read_text())
+    cached = sum(r["cached_tokens"] for r in measured)
+    assert summary["cached_tokens_total"] == cached
+    servers = sum(c["cached_tokens"] for c in summary["replica_counters"].values())
+    assert servers == cached
+    assert f"the replicas' cache counters agree with the responses' cached_tokens " \
+           f"({cached} tokens)" in summary["notes"]
+    assert sorted(summary["by_turn"]) == ["0", "1", "2"]
+    assert summary["by_turn"]["2"]["cache_hit_rate"] > summary["by_turn"]["0"]["cache_hit_rate"]
