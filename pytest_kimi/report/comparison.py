@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_kimi.report.categories import category_lines
 from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
+from pytest_kimi.report.turns import turn_lines
 from pytest_kimi.results import catalogue
 from pytest_kimi.results.layout import LayoutResult, verdict_to_dict
 from pytest_kimi.results.metrics import per_request_ms
@@ -253,6 +254,7 @@ def render_markdown(model: dict[str, Any]) -> str:
         lines += ["", *_markdown_table(section)]
         lines += ["", f"{level} SLO verdicts", "", *_verdict_lines(section)]
         lines += category_lines(section, f"{level} Per SPEED-Bench category")
+        lines += turn_lines(section, f"{level} Per session turn")
         lines += ttft_lines(section, f"{level} Prefill/decode disaggregation: where TTFT goes")
     lines += ["", *pareto_lines(model.get("pareto") or {}, PARETO_IMAGE)]
     lines += verdict_lines(model.get("verdicts") or [], model.get("max_concurrency") or {})

@@ -12,9 +12,7 @@ from typing import Any
 
 import jinja2
 
-from pytest_kimi.report.categories import CAPTION as CATEGORY_CAPTION
-from pytest_kimi.report.categories import HEADER as CATEGORY_HEADER
-from pytest_kimi.report.categories import category_rows
+from pytest_kimi.report import categories, turns
 from pytest_kimi.report.comparison import (
     backend_label,
     cases,
@@ -83,12 +81,12 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 <li><b>{{ layout.name }}</b> {{ s.name }}:
 <span class="{{ 'pass' if s.passed else 'fail' }}">{{ 'PASS' if s.passed else 'FAIL' }}</span>
 </li>{% endfor %}{% endif %}{% endfor %}
-</ul>{% if sec.categories %}<h{{ 3 if sec.title else 2 }}>Per SPEED-Bench category</h{{ 3 if
-sec.title else 2 }}><p>{{ category_caption }}</p>
-<table class="text"><thead><tr>{% for h in category_header %}<th>{{ h }}</th>{% endfor %}
-</tr></thead><tbody>{% for row in sec.categories %}<tr>{% for c in row %}
+</ul>{% for split in sec.splits %}<h{{ 3 if sec.title else 2 }}>{{ split.title }}</h{{ 3 if
+sec.title else 2 }}><p>{{ split.caption }}</p>
+<table class="text"><thead><tr>{% for h in split.header %}<th>{{ h }}</th>{% endfor %}
+</tr></thead><tbody>{% for row in split.rows %}<tr>{% for c in row %}
 <td{% if loop.index > 2 %} style="text-align:right"{% endif %}>{{ c }}</td>{% endfor %}</tr>
-{% endfor %}</tbody></table>{% endif %}
+{% endfor %}</tbody></table>{% endfor %}
 {% if sec.pd %}<h{{ 3 if sec.title else 2 }}>Prefill/decode disaggregation: where TTFT goes
 </h{{ 3 if sec.title else 2 }}><p>{{ pd_caption }}</p>{% for t in sec.pd %}<p><b>{{ t.name }}</b>
 </p><table class="text"><thead><tr><th>part</th><th>mean</th><th>share of TTFT</th></tr>
@@ -155,7 +153,7 @@ def render_html(
         header, body = table_rows(section)
         shown.append({"id": section.get("id", ""), "title": point_title(section),
                       "header": header, "body": body, "layouts": section["layouts"],
-                      "categories": category_rows(section),
+                      "splits": _splits(section),
                       "pd": ttft_tables(section)})  # fmt: skip
     notes = [(case, n) for case, lay in cases(model) for n in lay["notes"]]
     setup = model.get("setup") or {}
@@ -182,8 +180,6 @@ def render_html(
         listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
         searches=searches,
         sections=shown,
-        category_header=CATEGORY_HEADER,
-        category_caption=CATEGORY_CAPTION,
         pd_caption=PD_CAPTION,
         notes=notes,
         plots=[_markup(p) for p in plots],
@@ -195,3 +191,14 @@ def render_html(
 def _markup(plot: dict[str, Any]) -> dict[str, Any]:
     """A plot whose SVG goes into the page as markup (we drew it), not as escaped text."""
     return {**plot, "svg": jinja2.utils.markupsafe.Markup(plot["svg"])}
+
+
+def _splits(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The section's tables by SPEED-Bench category and by session turn, those with rows."""
+    tables = [
+        ("Per SPEED-Bench category", categories.CAPTION, categories.HEADER,
+         categories.category_rows(section)),
+        ("Per session turn", turns.CAPTION, turns.HEADER, turns.turn_rows(section)),
+    ]  # fmt: skip
+    return [{"title": title, "caption": caption, "header": header, "rows": rows}
+            for title, caption, header, rows in tables if rows]  # fmt: skip

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from pytest_kimi.config.points import Point
 from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.run.counters import router_counters, router_notes, snapshot
+from pytest_kimi.run.notes import prefix_cache_notes
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout, WorkloadConfig
@@ -108,6 +109,9 @@ def measure(
         folder.write_records(layout.name, records, point.id)
         result.records = records
         result.notes.extend(_record_notes(records, inputs, wl, clock, shared_before))
+        if inputs.options.endpoint is None:  # an endpoint's flags are its own, not the file's
+            args = inputs.cluster.server_args(layout)
+            result.notes.extend(prefix_cache_notes(args, wl.sessions))
         result.summary = summarize(
             records,
             time_scale=inputs.time_scale,

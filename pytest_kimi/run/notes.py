@@ -11,7 +11,8 @@ adds what they return to the result.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -146,3 +147,14 @@ def _slots_full(record: RequestRecord, records: list[RequestRecord], concurrency
         and (r.end_time is None or r.end_time > due)  # type: ignore[operator]
     )  # fmt: skip
     return busy >= concurrency
+
+
+def prefix_cache_notes(server_args: Mapping[str, Any], sessions: bool) -> list[str]:
+    """A multi-turn workload measured with SGLang's prefix cache off says so: each turn then
+    prefills its whole conversation again, which no deployment serving agents would do."""
+    if not sessions or not server_args.get("disable-radix-cache"):
+        return []
+    return ["prefix cache off (--disable-radix-cache) on a multi-turn workload: every turn "
+            "prefilled its whole conversation again, so later turns' TTFT and the hit rate are "
+            "not what a deployment with the cache would give; remove the flag (args: "
+            "{disable-radix-cache: null}) to measure that"]  # fmt: skip
