@@ -43,14 +43,14 @@ def _cells(summary: Mapping[str, Any]) -> list[str]:
     accept = summary.get("spec_accept_length")
     return [
         str(summary.get("completed", 0)),
-        _seconds(summary.get("p95_ttft_ms")),
+        seconds(summary.get("p95_ttft_ms")),
         _ms(summary.get("mean_tpot_ms")),
         _ms(summary.get("p95_tpot_ms")),
         "-" if accept is None or math.isnan(accept) else f"{accept:.2f}",
     ]
 
 
-def _seconds(ms: float | None) -> str:
+def seconds(ms: float | None) -> str:
     return "n/a" if ms is None else f"{ms / 1000:.2f} s"
 
 
@@ -60,10 +60,17 @@ def _ms(ms: float | None) -> str:
 
 def category_lines(section: Mapping[str, Any], heading: str) -> list[str]:
     """The table as Markdown under ``heading``; nothing when there is nothing to split."""
-    rows = category_rows(section)
+    return split_lines(heading, CAPTION, HEADER, category_rows(section))
+
+
+def split_lines(
+    heading: str, caption: str, header: tuple[str, ...], rows: list[list[str]]
+) -> list[str]:
+    """A split table (two label columns, then figures) as Markdown under ``heading``;
+    nothing without rows."""
     if not rows:
         return []
-    lines = ["", heading, "", CAPTION, "", "| " + " | ".join(HEADER) + " |",
-             "|" + "---|" * 2 + "---:|" * (len(HEADER) - 2)]  # fmt: skip
+    lines = ["", heading, "", caption, "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * 2 + "---:|" * (len(header) - 2)]  # fmt: skip
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines

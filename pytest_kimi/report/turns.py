@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_kimi.report.categories import seconds, split_lines
+
 HEADER = ("turn", "layout", "requests", "TTFT mean", "TTFT p95", "E2E p95", "cached tokens",
           "cache hit rate")  # fmt: skip
 CAPTION = (
@@ -44,24 +46,14 @@ def _cells(summary: Mapping[str, Any]) -> list[str]:
     cached, rate = summary.get("cached_tokens_total"), summary.get("cache_hit_rate")
     return [
         str(summary.get("completed", 0)),
-        _seconds(summary.get("mean_ttft_ms")),
-        _seconds(summary.get("p95_ttft_ms")),
-        _seconds(summary.get("p95_e2e_latency_ms")),
+        seconds(summary.get("mean_ttft_ms")),
+        seconds(summary.get("p95_ttft_ms")),
+        seconds(summary.get("p95_e2e_latency_ms")),
         "n/a" if cached is None else str(cached),
         "n/a" if rate is None or math.isnan(rate) else f"{rate:.1%}",
     ]
 
 
-def _seconds(ms: float | None) -> str:
-    return "n/a" if ms is None else f"{ms / 1000:.2f} s"
-
-
 def turn_lines(section: Mapping[str, Any], heading: str) -> list[str]:
     """The table as Markdown under ``heading``; nothing when there are no turns to split."""
-    rows = turn_rows(section)
-    if not rows:
-        return []
-    lines = ["", heading, "", CAPTION, "", "| " + " | ".join(HEADER) + " |",
-             "|" + "---|" * 2 + "---:|" * (len(HEADER) - 2)]  # fmt: skip
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
+    return split_lines(heading, CAPTION, HEADER, turn_rows(section))
