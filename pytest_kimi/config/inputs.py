@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kimi.config.options import Options
+from pytest_kimi.config.pointdata import dataset_path, load_prompts
 from pytest_kimi.config.points import OPTION, Point, PointError, parse_values, points
 from pytest_kimi.results import catalogue
 from pytest_kimi.results import slo as slo_mod
@@ -116,6 +117,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         cluster = with_sglang_version(load_cluster(options.cluster_path), options.sglang_version)
         if options.workload:  # --kimi-workload: one of the file's workloads: over its workload
             cluster = replace(cluster, workload=cluster.named_workload(options.workload))
+        check_trace_speed(options, cluster)
         check_gate(options, cluster)
         names = options.layouts or tuple(cluster.layouts)
         layouts = tuple(cluster.layout(name) for name in names)
@@ -236,55 +238,16 @@ def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Poi
             )
 
 
-def load_prompts(
-    options: Options,
-    cluster: ClusterConfig,
-    run_points: tuple[Point, ...],
-    configs: dict[str, str],
-) -> dict[str, Workload]:
-    """Each point's prompts (point id -> workload), each distinct selection read once;
-    ``configs`` is each point's SPEED-Bench config."""
-    from pytest_kimi.workload.dataset import load_workload
-
-    path = dataset_path(options, cluster)
-    loaded: dict[tuple, Workload] = {}
-    out: dict[str, Workload] = {}
-    for point in run_points:
-        wl = point.apply(cluster.workload)
-        config = configs[point.id]
-        key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
-        if wl.sessions:
-            out[point.id] = _sessions(options, cluster, wl, path)
-            continue
-        if key not in loaded:
-            loaded[key] = load_workload(
-                path,
-                num_requests=key[0],
-                seed=wl.seed,
-                category=wl.category,
-                config=config,
-                prompt=options.prompt or wl.prompt,
-                api=wl.api,
-                tokenizer_dir=tokenizer_dir(options, cluster),
-            )
-        out[point.id] = loaded[key]
-    return out
-
-
-def _sessions(
-    options: Options, cluster: ClusterConfig, wl: WorkloadConfig, path: Path
-) -> Workload:
-    """A session workload's sessions: from its dataset, or generated (``kind: agentic``)."""
-    from pytest_kimi.workload.agentic import Agentic
-    from pytest_kimi.workload.sessionset import load_sessions
-
-    agentic = Agentic(turns=wl.turns, system_prompt_tokens=wl.system_prompt_tokens,
-                      task_tokens=wl.task_tokens, tool_result_tokens=wl.tool_result_tokens)
-    return load_sessions(
-        wl.kind, path, count=wl.num_requests + wl.warmup_requests, seed=wl.seed,
-        category=wl.category, agentic=agentic, prompt=options.prompt or wl.prompt,
-        api=wl.api, tokenizer_dir=tokenizer_dir(options, cluster),
-    )  # fmt: skip
+def check_trace_speed(options: Options, cluster: ClusterConfig) -> None:
+    """``--kimi-trace-speed`` replays a trace: it needs a trace workload, and a speed > 0."""
+    speed = options.trace_speed
+    if speed is None:
+        return
+    if cluster.workload.kind != "trace":
+        raise UsageProblem("--kimi-trace-speed replays a trace workload (kind: trace): pick "
+                           "one with --kimi-workload NAME")  # fmt: skip
+    if not speed > 0:
+        raise UsageProblem(f"--kimi-trace-speed {speed:g}: the speed must be > 0")
 
 
 def check_gate(options: Options, cluster: ClusterConfig) -> None:
@@ -337,29 +300,6 @@ def check_endpoint(url: str, timeout_s: float = 5.0) -> None:
         raise UsageProblem(
             f"--kimi-endpoint {url} does not answer: {type(exc).__name__}: {why}"
         ) from None
-
-
-def dataset_path(options: Options, cluster: ClusterConfig) -> Path:
-    """``--kimi-dataset`` (relative to the current directory) over the cluster file's
-    ``workload.dataset`` (relative to the cluster file)."""
-    from pytest_kimi.workload.dataset import resolve_dataset
-
-    if options.dataset:
-        return resolve_dataset(options.dataset)
-    return resolve_dataset(cluster.workload.dataset, cluster.path.parent)
-
-
-def tokenizer_dir(options: Options, cluster: ClusterConfig) -> Path:
-    """Where the served model's chat template is read from, on this machine: ``--kimi-tokenizer``,
-    else the servers' ``tokenizer-path`` flag, else their ``model_path`` (``builtin:mock-tokenizer``
-    is the shipped one). Only read when a chat template is asked for."""
-    from pytest_kimi.config.serverargs import resolve_model_path
-
-    if options.tokenizer:
-        return Path(options.tokenizer).expanduser()
-    given = cluster.server.args.get("tokenizer-path")
-    value = given if isinstance(given, str) else cluster.server.model_path
-    return Path(resolve_model_path(value)).expanduser()
 
 
 def layout_slos(

@@ -285,7 +285,7 @@ def _workload(src: Located, workload: workloadmodels.Workload) -> WorkloadConfig
 
 
 _SESSION_FIELDS = {"kind", "turns", "system_prompt_tokens", "task_tokens", "tool_result_tokens",
-                   "think_time"}  # fmt: skip
+                   "think_time", "trace_speed"}  # fmt: skip
 
 
 def _named(
@@ -298,7 +298,7 @@ def _named(
         _workload(src, merged), name=name, kind=entry.kind, turns=entry.turns,
         system_prompt_tokens=entry.system_prompt_tokens, task_tokens=entry.task_tokens,
         tool_result_tokens=entry.tool_result_tokens, think_time_s=entry.think_time.seconds,
-        think_time_kind=entry.think_time.kind,
+        think_time_kind=entry.think_time.kind, trace_speed=entry.trace_speed,
     )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ class Options:
     fail_thresholds: str = ""
     dataset: str | None = None  # --kimi-dataset: over the cluster file's workload.dataset
     workload: str | None = None  # --kimi-workload: a workload of the file's workloads:
+    trace_speed: float | None = None  # --kimi-trace-speed: over a trace workload's trace_speed
     speedbench_config: str | None = None  # over workload.speedbench_config
     category: str | None = None  # over workload.category (a comma list sweeps it)
     prompt: str | None = None  # over workload.prompt

@@ -47,11 +47,12 @@ class WorkloadConfig:
     tool_result_tokens: int = 512  # agentic: each later turn
     think_time_s: float = 0.0  # cluster seconds between an answer and the next turn
     think_time_kind: str = "fixed"  # fixed | exponential (seeded)
+    trace_speed: float = 1.0  # trace: timestamps divided by this
 
     @property
     def sessions(self) -> bool:
         """Whether it sends multi-turn sessions."""
-        return self.kind != "requests"
+        return self.kind in ("sessions", "agentic")
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class Workload(StrictModel):
     goodput: Goodput = Field(default_factory=Goodput, description=Goodput.__doc__)
 
 
-WORKLOAD_KINDS = ("requests", "sessions", "agentic")
+WORKLOAD_KINDS = ("requests", "sessions", "agentic", "trace")
 THINK_KINDS = ("fixed", "exponential")  # workload.sessions.THINK_KINDS
 
 
@@ -108,8 +108,9 @@ class NamedWorkload(Workload):
         "requests",
         description="requests: single-turn SPEED-Bench prompts (the seed's); sessions: "
         "multi-turn sessions from `dataset` (SPEED-Bench rows of several turns, or ShareGPT "
-        "JSONL); agentic: seeded synthetic agent sessions. For sessions and agentic, "
-        "num_requests counts sessions and concurrency counts sessions in flight.",
+        "JSONL); agentic: seeded synthetic agent sessions; trace: a Mooncake-format trace "
+        "(`dataset`) replayed at its timestamps. For sessions and agentic, num_requests "
+        "counts sessions and concurrency counts sessions in flight.",
     )
     dataset: Text | None = Field(None, description="As workload.dataset (default: its).")
     num_requests: Sweep[Count] | None = Field(None, description="As workload.num_requests.")
@@ -125,3 +126,6 @@ class NamedWorkload(Workload):
     task_tokens: Count = Field(256, description="agentic: the first user turn.")
     tool_result_tokens: Count = Field(512, description="agentic: each later turn.")
     think_time: ThinkTime = Field(default_factory=ThinkTime, description=ThinkTime.__doc__)
+    trace_speed: Annotated[float, Field(gt=0)] = Field(
+        1.0, description="trace: replay speed (2: twice as fast); --kimi-trace-speed overrides."
+    )

@@ -159,6 +159,14 @@ def add_workload_options(group: pytest.OptionGroup) -> None:
         "sessions); default: the file's workload",
     )
     group.addoption(
+        "--kimi-trace-speed",
+        dest="kimi_trace_speed",
+        default=None,
+        type=float,
+        metavar="F",
+        help="replay a trace workload's timestamps F times as fast (default: its trace_speed, 1)",
+    )
+    group.addoption(
         "--kimi-dataset",
         dest="kimi_dataset",
         default=None,
@@ -327,6 +335,7 @@ def resolve(config: pytest.Config) -> Options:
         fail_thresholds=config.getoption("kimi_fail"),
         dataset=config.getoption("kimi_dataset"),
         workload=config.getoption("kimi_workload"),
+        trace_speed=config.getoption("kimi_trace_speed"),
         speedbench_config=config.getoption("kimi_speedbench_config"),
         category=config.getoption("kimi_category"),
         prompt=config.getoption("kimi_prompt"),

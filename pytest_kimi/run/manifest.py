@@ -115,6 +115,8 @@ def manifest(
         "workload": {
             **{k: getattr(wl, k) for k in _WORKLOAD_FIELDS},
             **({k: getattr(wl, k) for k in _SESSION_FIELDS} if wl.sessions else {}),
+            **({"trace_speed": inputs.prompts_of(first).trace_speed}
+               if wl.kind == "trace" and inputs.workload else {}),
             "request_rate": str(wl.request_rate),
             **_effective(inputs, first),
             "dataset": inputs.workload.manifest() if inputs.workload else None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pytest_kimi.config.points import Point
@@ -87,7 +87,7 @@ def measure(
     point = point or Point()
     wl = inputs.workload_of(point)
     options = _client_options(inputs, wl, inputs.prompts_of(point).chat_template)
-    warmup, measured = _work(inputs.prompts_of(point), wl, options)
+    warmup, measured = _work(inputs.prompts_of(point), wl, options, inputs.time_scale)
     log = _RequestLog(result.case, progress or NoProgress(), clock or WALL,
                       RecordJournal(folder.journal_path(layout.name, point.id)))  # fmt: skip
     router_before = router_counters(target.router_metrics_url)
@@ -133,14 +133,19 @@ def measure(
 
 
 def _work(
-    loaded: Workload, wl: WorkloadConfig, options: ClientOptions
+    loaded: Workload, wl: WorkloadConfig, options: ClientOptions, time_scale: float
 ) -> tuple[list[RequestSpec], list[RequestSpec] | list[Session]]:
     """The warm-up requests and the measured requests or sessions. A session workload's
-    warm-up is the first turns of its first ``warmup_requests`` sessions, sent alone."""
+    warm-up is the first turns of its first ``warmup_requests`` sessions, a trace's its
+    first requests, sent alone; a trace's arrivals (cluster seconds) on the client's clock."""
     from pytest_kimi.workload.client import RequestSpec
     from pytest_kimi.workload.sessions import words
 
     n = wl.warmup_requests
+    if loaded.requests:  # a trace: due at its offsets, in the client clock's seconds
+        warm = [replace(r, offset_s=None) for r in loaded.requests[:n]]
+        return warm, [replace(r, offset_s=(r.offset_s or 0.0) / time_scale)
+                      for r in loaded.requests[n:]]  # fmt: skip
     if not wl.sessions:
         prompts = [RequestSpec(p.id, p.text, wl.input_len, p.category) for p in loaded.prompts]
         return prompts[:n], prompts[n:]
@@ -233,12 +238,14 @@ def _record_notes(
         turnaround_notes,
     )
 
-    out = [] if wl.sessions else prompt_length_notes(records, wl.input_len)  # sessions grow
+    nominal = wl.kind == "requests"  # sessions grow, a trace has its own lengths
+    out = prompt_length_notes(records, wl.input_len) if nominal else []
     out += unplaced_token_notes(records)
     out += dispatch_notes(records, wl.concurrency, inputs.time_scale)
     if clock is not None and shared_before is not None:
         out += clock_notes(shared_before, clock.stats(), inputs.time_scale)
-    elif wl.request_rate == float("inf"):  # closed loop: a freed slot sends the next one
+    elif wl.kind == "requests" and wl.request_rate == float("inf"):  # closed loop: a freed
+        # slot sends the next one (a session's next turn waits its think time, a trace its time)
         out += turnaround_notes(records, wl.concurrency, inputs.time_scale)
     return out
 

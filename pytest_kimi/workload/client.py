@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import httpx
@@ -31,7 +30,7 @@ from pytest_kimi.workload.send import send_one
 from pytest_kimi.workload.sessions import Session
 from pytest_kimi.workload.sessionsend import send_sessions
 from pytest_kimi.workload.slots import Slots
-from pytest_kimi.workload.specs import ClientOptions, RequestSpec, arrival_gaps
+from pytest_kimi.workload.specs import ClientOptions, RequestSpec, due_offsets
 from pytest_kimi.workload.stream import API_PATHS, payload
 from pytest_kimi.workload.transport import MeasuringTransport
 
@@ -132,7 +131,7 @@ async def _send_warmup(
     on_start, on_done = hooks
     for i, spec in enumerate(warmup):
         record = _new_record(-1 - i, spec, options, warmup=True)
-        body = payload(options.api, spec.text, options.output_len, options.model)
+        body = payload(options.api, spec.text, spec.answer_tokens(options), options.model)
         on_start(record)
         clock.hold()  # let go by the engine that takes it in
         holds = Holds(clock)
@@ -183,9 +182,9 @@ async def _send_all(
     begun at its instant (the mock's shared clock, httpx's pool)."""
     on_start, on_done = hooks
     slots = Slots(options.concurrency, clock)
-    gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
-    due_at = list(itertools.accumulate(gaps, initial=0.0))  # each request's offset
-    open_loop = options.request_rate != float("inf")
+    offsets = due_offsets(requests, options)  # a trace's, the request rate's, or none
+    open_loop = offsets is not None
+    due_at = offsets or [0.0] * len(requests)
     origin: list[float] = []  # the schedule's origin: the first request's turn, or
     if ahead and open_loop:  # prepared ahead, the first one too: the run's start + ahead
         origin.append(clock.now() + ahead)
@@ -193,7 +192,7 @@ async def _send_all(
 
     async def one(index: int, spec: RequestSpec) -> RequestRecord:
         record = _new_record(index, spec, options)
-        body = payload(options.api, spec.text, options.output_len, options.model)
+        body = payload(options.api, spec.text, spec.answer_tokens(options), options.model)
         holds = Holds(clock)
         entered = False
 
@@ -229,7 +228,8 @@ async def _send_all(
         for index, spec in enumerate(requests):
             tasks.append(asyncio.create_task(one(index, spec)))
             await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
-            if gaps[index] > 0:  # the schedule's next instant, never the loop's wake-up
+            later = index + 1 < len(requests) and due_at[index + 1] > due_at[index]
+            if open_loop and later:  # the schedule's next instant, never the loop's wake-up
                 due = origin[0] + due_at[index + 1]
                 if ahead:  # the request waits for its instant itself, once prepared
                     await asyncio.sleep(max(0.0, due - ahead - clock.now()))
@@ -250,7 +250,7 @@ def _new_record(
         index=index,
         prompt_id=spec.prompt_id,
         nominal_input_tokens=spec.nominal_tokens,
-        max_output_tokens=options.output_len,
+        max_output_tokens=spec.answer_tokens(options),
         warmup=warmup,
         clock_start=options.clock_start,
         category=spec.category,

@@ -17,7 +17,6 @@ Every refusal says where, as the single-turn reader does (``file:line: field 'x'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from pytest_kimi.workload.rows import (
     DatasetError,
     check_text,
     fail,
+    json_object,
+    text_lines,
     type_name,
 )
 from pytest_kimi.workload.sessions import Session
@@ -96,11 +97,11 @@ def read_sessions(path: Path) -> list[Session]:
     sessions: list[Session] = []
     fmt: str | None = None
     seen: dict[str, int] = {}
-    for number, line in enumerate(_lines(path), start=1):
+    for number, line in enumerate(text_lines(path), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        row = _json_object(where, line)
+        row = json_object(where, line)
         this = row_format(where, row)
         fmt = fmt or this
         if this != fmt:
@@ -150,20 +151,3 @@ def _category(where: str, row: Mapping[str, object]) -> str:
     if not isinstance(category, str) or not category.strip():
         raise fail(where, f"expected a non-empty string, got {category!r}", "category")
     return category
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read: {exc}") from None
-
-
-def _json_object(where: str, line: str) -> dict[str, object]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
-    if not isinstance(row, dict):
-        raise DatasetError(f"{where}: expected a JSON object, got {type_name(row)}")
-    return row

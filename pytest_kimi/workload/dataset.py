@@ -35,6 +35,7 @@ from pytest_kimi.workload.rows import (
     type_name,
 )
 from pytest_kimi.workload.sessions import Session
+from pytest_kimi.workload.specs import RequestSpec
 from pytest_kimi.workload.speedbench import DataFile, parquet_rows, sha256_file, snapshot_files
 
 __all__ = [
@@ -93,10 +94,14 @@ class Workload:
     # conversations become /generate text in this template (sessionset.load_sessions)
     sessions: tuple[Session, ...] = ()
     chat_template: ChatTemplate | None = None
+    # a replayed trace's requests, each with its answer length and arrival (trace.load_trace)
+    requests: tuple[RequestSpec, ...] = ()
+    trace_speed: float | None = None
 
     def __len__(self) -> int:
-        """Number of selected prompts (the number of requests), or of sessions."""
-        return len(self.sessions) if self.sessions else len(self.prompts)
+        """Number of selected prompts (the number of requests), of sessions, or of a trace's
+        requests."""
+        return len(self.sessions or self.requests or self.prompts)
 
     def manifest(self) -> dict[str, Any]:
         """JSON-ready description for a run manifest: enough to check a rerun used the same data."""
@@ -113,6 +118,8 @@ class Workload:
             "prompt_ids": [p.id for p in self.prompts],
             **({"session_ids": [s.id for s in self.sessions],
                 "turns": sum(len(s.turns) for s in self.sessions)} if self.sessions else {}),
+            **({"trace_requests": len(self.requests), "trace_speed": self.trace_speed}
+               if self.requests else {}),
         }  # fmt: skip
 
 

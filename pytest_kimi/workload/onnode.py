@@ -69,7 +69,7 @@ def spec_json(
     """The spec file's text (the inverse of :func:`read_spec`)."""
     from dataclasses import asdict
 
-    rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category]
+    rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category, r.output_len, r.offset_s]
             for r in requests if isinstance(r, RequestSpec)]  # fmt: skip
     sessions = [[s.id, list(s.turns), s.system, s.category]
                 for s in requests if isinstance(s, Session)]  # fmt: skip

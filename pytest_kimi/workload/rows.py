@@ -18,8 +18,10 @@ The prompt is the first user turn (a throughput benchmark sends one turn per req
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 PLACEHOLDER_MARKERS: tuple[str, ...] = ("FULL BENCHMARK DATA SHOULD BE FETCHED",)
 """Text found in published SPEED-Bench rows that stand in for data not redistributed.
@@ -154,3 +156,22 @@ def row_prompt(where: str, row: Mapping[str, object], number: int) -> Prompt:
     elif isinstance(qid, bool) or not isinstance(qid, (str, int)):
         raise fail(where, f"expected a string or integer, got {type_name(qid)}", "question_id")
     return Prompt(id=str(qid), category=category, text=text, line=number)
+
+
+def text_lines(path: Path) -> list[str]:
+    """A JSONL file's lines; an unreadable file is a :class:`DatasetError` naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read: {exc}") from None
+
+
+def json_object(where: str, line: str) -> dict[str, object]:
+    """One JSONL line as an object; anything else is refused where it is."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type_name(row)}")
+    return row

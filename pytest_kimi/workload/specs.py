@@ -6,6 +6,7 @@ sessions (:mod:`.sessionsend`), read the same options.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,29 @@ class RequestSpec:
     text: str
     nominal_tokens: int
     category: str | None = None  # its SPEED-Bench category (the dataset row's)
+    # a replayed trace's: this request's own answer length (None: the workload's), and when
+    # it is due, seconds of the client's clock after the schedule's origin (None: the
+    # request rate's Poisson arrivals, or a closed loop)
+    output_len: int | None = None
+    offset_s: float | None = None
+
+    def answer_tokens(self, options: ClientOptions) -> int:
+        """Tokens this request asks the server to generate."""
+        return self.output_len if self.output_len is not None else options.output_len
+
+
+def due_offsets(requests: Sequence[RequestSpec], options: ClientOptions) -> list[float] | None:
+    """When each request is due after the schedule's origin: a trace's own offsets, else
+    the request rate's seeded Poisson arrivals; None for a closed loop."""
+    if requests and all(r.offset_s is not None for r in requests):
+        first = requests[0].offset_s or 0.0
+        return [(r.offset_s or 0.0) - first for r in requests]
+    if any(r.offset_s is not None for r in requests):
+        raise ValueError("a trace's requests all keep their arrival offsets, or none does")
+    if options.request_rate == float("inf"):
+        return None
+    gaps = arrival_gaps(len(requests), options.request_rate, options.seed)
+    return list(itertools.accumulate(gaps, initial=0.0))[: len(requests)]
 
 
 def arrival_gaps(n: int, rate: float, seed: int) -> list[float]:

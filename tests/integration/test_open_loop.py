@@ -19,7 +19,9 @@ import pytest
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.results.metrics import summarize
 from pytest_kimi.run.notes import dispatch_notes
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
+from pytest_kimi.workload.specs import arrival_gaps
+from pytest_kimi.workload.trace import TraceRow, trace_requests
 
 pytest_plugins = ["pytester"]
 
@@ -105,3 +107,54 @@ def test_a_mission_at_a_request_rate_reports_its_schedule_and_who_set_the_pace(s
     assert "and 0 because the client itself was late" in note
     comparison = (run / "comparison.md").read_text()
     assert "Dispatch delay p99" in comparison and "TTFT from schedule p99" in comparison
+
+
+def test_a_trace_is_replayed_at_its_own_times_and_lengths(spawn):
+    """A Mooncake trace's rows: each request due at its timestamp after the first (two at
+    one instant go together), each asking for its own answer length, none reaching the
+    server before it was due (the server kernel's stamp)."""
+    url = _scripted(spawn, ttft_ms=5)
+    stamps, outputs = [0, 30, 30, 80, 150, 200], [3, 5, 2, 7, 4, 6]
+    rows = [TraceRow(i + 1, float(t), 40 + i, n, (i % 2,))
+            for i, (t, n) in enumerate(zip(stamps, outputs, strict=True))]  # fmt: skip
+    requests = trace_requests(rows)
+    options = ClientOptions(output_len=999, concurrency=6)
+    records = asyncio.run(run_requests(url, requests, options))
+    assert all(r.success for r in records), [r.error for r in records]
+    truth = {str(e["index"]): e for e in httpx.get(url + "/truth", timeout=30,
+                                                    trust_env=False).json()}  # fmt: skip
+    origin = records[0].intended_time
+    assert [r.intended_time - origin for r in records] == pytest.approx(
+        [t / 1000 for t in stamps], abs=1e-9)  # fmt: skip
+    for record, n in zip(records, outputs, strict=True):
+        entry = truth[record.request_id]
+        assert entry["script"]["max_new_tokens"] == n == record.completion_tokens
+        assert record.max_output_tokens == n
+        assert entry["kernel_first"] >= record.intended_time
+    assert summarize(records).open_loop
+
+
+def test_a_mission_replays_a_trace_workload_at_its_speed(small_mission, pytester):
+    """``kind: trace`` on the mock, at twice the trace's speed: each request due at its
+    timestamp / 2 in cluster time, with its own answer length; the trace replays on
+    schedule (the shared clock waits at each instant) and the comparison shows it."""
+    stamps, outputs = [0, 4000, 4000, 10000, 16000, 30000, 30500], [8, 4, 6, 8, 2, 5, 3]
+    rows = [{"timestamp": t, "input_length": 1400 + 10 * i, "output_length": n,
+             "hash_ids": [7, 8, 20 + i]}
+            for i, (t, n) in enumerate(zip(stamps, outputs, strict=True))]  # fmt: skip
+    (pytester.path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = ("workloads:\n  replay: {kind: trace, dataset: trace.jsonl, num_requests: 6,"
+             " trace_speed: 2}\n")  # fmt: skip
+    run = small_mission("--kimi-workload=replay", extra=trace)
+    records = [json.loads(x) for x in (run / "wide" / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if not r["warmup"]]
+    assert [r["max_output_tokens"] for r in records] == outputs
+    assert [r["completion_tokens"] for r in measured] == outputs[1:]
+    scale = 400  # small_cluster.yaml's time scale: cluster seconds per clock second
+    due = [(r["intended_time"] - measured[0]["intended_time"]) * scale for r in measured]
+    assert due == pytest.approx([(t - 4000) / 1000 / 2 for t in stamps[1:]], abs=1e-6)
+    summary = json.loads((run / "wide" / "summary.json").read_text())
+    assert summary["max_dispatch_delay_ms"] == pytest.approx(0, abs=1e-6)  # on schedule
+    assert "Dispatch delay p99" in (run / "comparison.md").read_text()
+    manifest = json.loads((run / "wide" / "manifest.json").read_text())
+    assert manifest["workload"]["kind"] == "trace" and manifest["workload"]["trace_speed"] == 2

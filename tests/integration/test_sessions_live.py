@@ -21,8 +21,9 @@ import pytest
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.truth import arrived
 from pytest_kimi.workload import sessionsend
-from pytest_kimi.workload.client import ClientOptions, arrival_gaps, run_requests
+from pytest_kimi.workload.client import ClientOptions, run_requests
 from pytest_kimi.workload.sessions import Session, ThinkTime, raw_text
+from pytest_kimi.workload.specs import arrival_gaps
 
 pytest_plugins = ["pytester"]
 

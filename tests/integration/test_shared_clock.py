@@ -15,9 +15,10 @@ import pytest
 
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.processes import mock_argv
-from pytest_kimi.workload.client import ClientOptions, RequestSpec, arrival_gaps, run_requests
+from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.sessions import Session, ThinkTime
 from pytest_kimi.workload.sharedclock import SharedClock
+from pytest_kimi.workload.specs import arrival_gaps
 
 PROMPT = " ".join(["bago"] * 64)
 SCALE = 1000.0  # a wall millisecond is a cluster second

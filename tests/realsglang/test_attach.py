@@ -176,3 +176,53 @@ def test_an_agentic_workload_hits_the_servers_prefix_cache_as_their_counters_say
            f"({cached} tokens)" in summary["notes"]
     assert sorted(summary["by_turn"]) == ["0", "1", "2"]
     assert summary["by_turn"]["2"]["cache_hit_rate"] > summary["by_turn"]["0"]["cache_hit_rate"]
+
+
+def test_a_trace_replays_on_its_schedule_and_real_sglang_caches_its_shared_blocks(
+    real_deployment, tmp_path
+):
+    """``--kimi-workload trace`` (clusters/cpu-sglang-trace.jsonl) against one real server:
+    requests due at the trace's timestamps, each with its own answer length; a request whose
+    first blocks an earlier, finished request shared (equal hash_ids) finds at least those
+    blocks in SGLang's radix cache, as its meta_info says."""
+    server = real_deployment.servers[0]
+    done, run = _attach_to(server.url, tmp_path, "--kimi-workload=trace")
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    records = [json.loads(x) for x in (run / "tp1" / "records.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (ROOT / "clusters" / "cpu-sglang-trace.jsonl")
+            .read_text().splitlines()]  # fmt: skip
+    measured = [r for r in records if not r["warmup"]]
+    assert len(measured) == 12 and all(r["success"] for r in measured)
+    origin = measured[0]["intended_time"]
+    assert [r["intended_time"] - origin for r in measured] == pytest.approx(
+        [(row["timestamp"] - rows[1]["timestamp"]) / 1000 for row in rows[1:13]], abs=1e-9)
+    blocks = {f"trace-{i + 1}": row["hash_ids"] for i, row in enumerate(rows)}
+    assert [r["completion_tokens"] for r in records] == [row["output_length"] for row in rows[:13]]
+    hits = 0
+    for r in measured:
+        before = [e for e in records if e["end_time"] < r["start_time"]]
+        shared = max((_common(blocks[e["prompt_id"]], blocks[r["prompt_id"]]) for e in before),
+                     default=0)  # fmt: skip
+        assert r["cached_tokens"] >= 512 * shared, (r["prompt_id"], shared, r["cached_tokens"])
+        hits += shared > 0
+    assert hits >= 6  # the trace repeats its prefixes: most requests have one finished before
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """Leading blocks two requests share (the last block is partial: never counted whole)."""
+    n = 0
+    for x, y in zip(a[:-1], b[:-1], strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _attach_to(url: str, out: Path, *args: str):
+    argv = pytest_argv(
+        "tests/perf", "--cluster", str(CLUSTER), "--layout=tp1", f"--kimi-endpoint={url}",
+        f"--kimi-report-dir={out}", "-p", "no:cacheprovider", *args,
+    )  # fmt: skip
+    done = run_child(argv, cwd=ROOT, timeout_s=600)
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    return done, runs[0] if runs else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_kimi.workload.client import arrival_gaps
+from pytest_kimi.workload.specs import arrival_gaps
 
 
 def test_infinite_rate_sends_everything_at_once():

@@ -9,8 +9,9 @@ import pyarrow  # noqa: F401  (a dependency: its absence must fail, not skip)
 import pytest
 
 from pytest_kimi.config import ConfigError, load_cluster
-from pytest_kimi.config.inputs import UsageProblem, load_inputs, tokenizer_dir
+from pytest_kimi.config.inputs import UsageProblem, load_inputs
 from pytest_kimi.config.options import Options
+from pytest_kimi.config.pointdata import tokenizer_dir
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
 from pytest_kimi.run.manifest import manifest
 from pytest_kimi.testing.speedbench_snapshot import speedbench_row, write_snapshot

@@ -1,0 +1,99 @@
+"""What each workload point sends, read once per point: prompts, sessions or a trace.
+
+The data behind a run's points (:class:`~pytest_kimi.config.inputs.Inputs`): SPEED-Bench
+prompts (each distinct selection read once), a session workload's sessions (read or
+generated) or a replayed trace's requests, each as a
+:class:`~pytest_kimi.workload.dataset.Workload`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_kimi.config.options import Options
+from pytest_kimi.config.points import Point
+
+if TYPE_CHECKING:
+    from pytest_kimi.config import ClusterConfig, WorkloadConfig
+    from pytest_kimi.workload.dataset import Workload
+
+
+def load_prompts(
+    options: Options,
+    cluster: ClusterConfig,
+    run_points: tuple[Point, ...],
+    configs: dict[str, str],
+) -> dict[str, Workload]:
+    """Each point's prompts (point id -> workload), each distinct selection read once;
+    ``configs`` is each point's SPEED-Bench config."""
+    from pytest_kimi.workload.dataset import load_workload
+
+    path = dataset_path(options, cluster)
+    loaded: dict[tuple, Workload] = {}
+    out: dict[str, Workload] = {}
+    for point in run_points:
+        wl = point.apply(cluster.workload)
+        config = configs[point.id]
+        key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
+        if wl.sessions:
+            out[point.id] = _sessions(options, cluster, wl, path)
+            continue
+        if wl.kind == "trace":
+            from pytest_kimi.workload.trace import load_trace
+
+            speed = options.trace_speed or wl.trace_speed
+            out[point.id] = load_trace(path, count=key[0], speed=speed)
+            continue
+        if key not in loaded:
+            loaded[key] = load_workload(
+                path,
+                num_requests=key[0],
+                seed=wl.seed,
+                category=wl.category,
+                config=config,
+                prompt=options.prompt or wl.prompt,
+                api=wl.api,
+                tokenizer_dir=tokenizer_dir(options, cluster),
+            )
+        out[point.id] = loaded[key]
+    return out
+
+
+def _sessions(
+    options: Options, cluster: ClusterConfig, wl: WorkloadConfig, path: Path
+) -> Workload:
+    """A session workload's sessions: from its dataset, or generated (``kind: agentic``)."""
+    from pytest_kimi.workload.agentic import Agentic
+    from pytest_kimi.workload.sessionset import load_sessions
+
+    agentic = Agentic(turns=wl.turns, system_prompt_tokens=wl.system_prompt_tokens,
+                      task_tokens=wl.task_tokens, tool_result_tokens=wl.tool_result_tokens)
+    return load_sessions(
+        wl.kind, path, count=wl.num_requests + wl.warmup_requests, seed=wl.seed,
+        category=wl.category, agentic=agentic, prompt=options.prompt or wl.prompt,
+        api=wl.api, tokenizer_dir=tokenizer_dir(options, cluster),
+    )  # fmt: skip
+
+
+def dataset_path(options: Options, cluster: ClusterConfig) -> Path:
+    """``--kimi-dataset`` (relative to the current directory) over the cluster file's
+    ``workload.dataset`` (relative to the cluster file)."""
+    from pytest_kimi.workload.dataset import resolve_dataset
+
+    if options.dataset:
+        return resolve_dataset(options.dataset)
+    return resolve_dataset(cluster.workload.dataset, cluster.path.parent)
+
+
+def tokenizer_dir(options: Options, cluster: ClusterConfig) -> Path:
+    """Where the served model's chat template is read from, on this machine: ``--kimi-tokenizer``,
+    else the servers' ``tokenizer-path`` flag, else their ``model_path`` (``builtin:mock-tokenizer``
+    is the shipped one). Only read when a chat template is asked for."""
+    from pytest_kimi.config.serverargs import resolve_model_path
+
+    if options.tokenizer:
+        return Path(options.tokenizer).expanduser()
+    given = cluster.server.args.get("tokenizer-path")
+    value = given if isinstance(given, str) else cluster.server.model_path
+    return Path(resolve_model_path(value)).expanduser()
