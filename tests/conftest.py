@@ -25,8 +25,8 @@ def _children_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
 # when a module's time changes by minutes.
 LONGEST_MODULES = {
     "tests/realsglang/test_mission.py": 327,
+    "tests/realsglang/test_attach.py": 230,
     "tests/ssh/test_slurm_deploy.py": 184,
-    "tests/realsglang/test_attach.py": 171,
     "tests/ssh/test_ssh_real_sglang.py": 159,
     "tests/ssh/test_ssh_outages.py": 147,
     "tests/integration/test_plugin.py": 145,
@@ -35,6 +35,7 @@ LONGEST_MODULES = {
     "tests/ssh/test_ssh_deploy.py": 99,
     "tests/ssh/test_ssh_containers.py": 87,
     "tests/perf/test_speedbench.py": 73,
+    "tests/integration/test_open_loop.py": 70,
     "tests/conformance/test_mock_vs_sglang.py": 64,
     "tests/ssh/test_ssh_leftovers.py": 64,
     "tests/integration/test_twin_live.py": 63,
@@ -42,7 +43,6 @@ LONGEST_MODULES = {
     "tests/integration/test_telemetry_mission.py": 61,
     "tests/ssh/test_ssh_bastion.py": 56,
     "tests/conformance/test_real_parsers.py": 45,
-    "tests/integration/test_open_loop.py": 55,
     "tests/integration/test_client_accuracy.py": 43,
     "tests/integration/test_history_run.py": 38,
 }

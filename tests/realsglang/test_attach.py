@@ -164,7 +164,7 @@ def test_an_agentic_workload_hits_the_servers_prefix_cache_as_their_counters_say
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     lines = (run / "tp1" / "records.jsonl").read_text().splitlines()
     measured = [r for r in map(json.loads, lines) if not r["warmup"]]
-    assert len(measured) == 6 * 3 and all(r["success"] for r in measured)
+    assert len(measured) == 4 * 3 and all(r["success"] for r in measured)
     later = [r for r in measured if r["turn"] >= 1]
     assert all(r["cached_tokens"] > 0 for r in later), [r["cached_tokens"] for r in later]
     summary = json.loads((run / "tp1" / "summary.json").read_text())
@@ -192,12 +192,12 @@ def test_a_trace_replays_on_its_schedule_and_real_sglang_caches_its_shared_block
     rows = [json.loads(x) for x in (ROOT / "clusters" / "cpu-sglang-trace.jsonl")
             .read_text().splitlines()]  # fmt: skip
     measured = [r for r in records if not r["warmup"]]
-    assert len(measured) == 12 and all(r["success"] for r in measured)
+    assert len(measured) == 8 and all(r["success"] for r in measured)
     origin = measured[0]["intended_time"]
     assert [r["intended_time"] - origin for r in measured] == pytest.approx(
-        [(row["timestamp"] - rows[1]["timestamp"]) / 1000 for row in rows[1:13]], abs=1e-9)
+        [(row["timestamp"] - rows[1]["timestamp"]) / 1000 for row in rows[1:]], abs=1e-9)
     blocks = {f"trace-{i + 1}": row["hash_ids"] for i, row in enumerate(rows)}
-    assert [r["completion_tokens"] for r in records] == [row["output_length"] for row in rows[:13]]
+    assert [r["completion_tokens"] for r in records] == [row["output_length"] for row in rows]
     hits = 0
     for r in measured:
         before = [e for e in records if e["end_time"] < r["start_time"]]
@@ -205,7 +205,8 @@ def test_a_trace_replays_on_its_schedule_and_real_sglang_caches_its_shared_block
                      default=0)  # fmt: skip
         assert r["cached_tokens"] >= 512 * shared, (r["prompt_id"], shared, r["cached_tokens"])
         hits += shared > 0
-    assert hits >= 6  # the trace repeats its prefixes: most requests have one finished before
+    # rows 3, 6 and 8 share blocks with row 1, the warm-up, which ended before any was sent
+    assert hits >= 3
 
 
 def _common(a: list[int], b: list[int]) -> int:
