@@ -25,6 +25,7 @@ from pytest_kimi.config.fields import (
     one_of,
 )
 from pytest_kimi.config.strictmodel import StrictModel
+from pytest_kimi.workload.sessions import THINK_KINDS
 
 PROMPT_MODES = ("raw", "chat_template", "chat_template_or_raw")  # workload.prompts.PROMPT_MODES
 
@@ -88,7 +89,6 @@ class Workload(StrictModel):
 
 
 WORKLOAD_KINDS = ("requests", "sessions", "agentic", "trace")
-THINK_KINDS = ("fixed", "exponential")  # workload.sessions.THINK_KINDS
 
 
 class ThinkTime(StrictModel):

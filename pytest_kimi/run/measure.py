@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pytest_kimi.config.points import Point
 from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.run.counters import router_counters, router_notes, snapshot
-from pytest_kimi.run.notes import prefix_cache_notes
+from pytest_kimi.run.notes import prefix_cache_notes, unsent_turn_notes
 
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout, WorkloadConfig
@@ -98,7 +98,7 @@ def measure(
         _stop_on_failed_warmup(records)
         counted_from = snapshot(target.replica_urls, target.router_metrics_url,
                                 layout.disaggregated)  # fmt: skip
-        log.measuring(len(measured), inputs.time_scale)
+        log.measuring(_request_count(measured), inputs.time_scale)
         shared_before = clock.stats() if clock is not None else None
         try:
             records += _send(target, options, log, abort, measured, [])
@@ -109,6 +109,8 @@ def measure(
         folder.write_records(layout.name, records, point.id)
         result.records = records
         result.notes.extend(_record_notes(records, inputs, wl, clock, shared_before))
+        if wl.sessions:
+            result.notes.extend(unsent_turn_notes(_request_count(measured), records))
         if inputs.options.endpoint is None:  # an endpoint's flags are its own, not the file's
             args = inputs.cluster.server_args(layout)
             result.notes.extend(prefix_cache_notes(args, wl.sessions))
@@ -125,11 +127,19 @@ def measure(
         log.journal.discard()
         raise
     except BaseException as exc:
-        _keep_interrupted_run(folder, layout.name, point.id, result, log, exc, len(measured))
+        _keep_interrupted_run(folder, layout.name, point.id, result, log, exc,
+                              _request_count(measured))  # fmt: skip
         log.journal.discard()  # records.jsonl now holds everything it had
         raise
     log.journal.discard()
     result.notes.extend(router_notes(target.router_metrics_url, router_before))
+
+
+def _request_count(measured: list[RequestSpec] | list[Session]) -> int:
+    """The requests a run means to send: a session's every turn counts."""
+    from pytest_kimi.workload.sessions import Session
+
+    return sum(len(w.turns) if isinstance(w, Session) else 1 for w in measured)
 
 
 def _work(

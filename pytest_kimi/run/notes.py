@@ -10,6 +10,7 @@ adds what they return to the result.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -127,7 +128,8 @@ def dispatch_notes(
     if p99 <= limit_ms:
         return []
     over = [r for r, ms in zip(late, delays_ms, strict=True) if ms > limit_ms]
-    capped = sum(_slots_full(r, records, concurrency) for r in over)
+    slots = _Occupancy(records)
+    capped = sum(slots.full_while_waiting(r, concurrency) for r in over)
     return [
         f"the client, not the server, set the pace: p99 dispatch delay {p99:.1f} ms (over "
         f"{limit_ms:g} ms; max {delays_ms.max():.1f} ms): {len(over)} of {len(late)} requests "
@@ -138,15 +140,45 @@ def dispatch_notes(
     ]
 
 
-def _slots_full(record: RequestRecord, records: list[RequestRecord], concurrency: int) -> bool:
-    """Whether ``concurrency`` measured requests were in flight at ``record``'s due time."""
-    due = record.intended_time
-    busy = sum(
-        1 for r in records
-        if r is not record and not r.warmup and r.latency_start <= due  # type: ignore[operator]
-        and (r.end_time is None or r.end_time > due)  # type: ignore[operator]
-    )  # fmt: skip
-    return busy >= concurrency
+class _Occupancy:
+    """When the concurrency slots were taken: by each measured request from its send to its
+    end, or, for sessions (where concurrency counts sessions), by each session from its first
+    turn's send to its last turn's end."""
+
+    def __init__(self, records: list[RequestRecord]) -> None:
+        spans: dict[object, tuple[float, float]] = {}
+        for r in records:
+            if r.warmup:
+                continue
+            key = r.session_id if r.session_id is not None else id(r)
+            end = math.inf if r.end_time is None else r.end_time
+            start, stop = spans.get(key, (r.latency_start, end))
+            spans[key] = (min(start, r.latency_start), max(stop, end))
+        self.owner = {id(r): (r.session_id if r.session_id is not None else id(r))
+                      for r in records}  # fmt: skip
+        self.spans = spans
+        self.starts = sorted(s for s, _ in spans.values())
+        self.ends = sorted(e for _, e in spans.values())
+
+    def busy(self, t: float) -> int:
+        """Slots taken at ``t``."""
+        return bisect.bisect_right(self.starts, t) - bisect.bisect_right(self.ends, t)
+
+    def full_while_waiting(self, record: RequestRecord, concurrency: int) -> bool:
+        """Whether every slot was taken at some instant between ``record``'s due time and its
+        send, by others (a session's later turn holds its own slot: never capped)."""
+        if record.session_id is not None and record.turn:
+            return False
+        due, sent = record.intended_time, record.latency_start
+        if due is None:
+            return False
+        own = self.spans[self.owner[id(record)]]
+        lo, hi = bisect.bisect_left(self.starts, due), bisect.bisect_left(self.starts, sent)
+        for t in (due, *self.starts[lo:hi]):  # the count only rises where a span starts
+            mine = 1 if own[0] <= t < own[1] else 0
+            if self.busy(t) - mine >= concurrency:
+                return True
+        return False
 
 
 def prefix_cache_notes(server_args: Mapping[str, Any], sessions: bool) -> list[str]:
@@ -158,3 +190,13 @@ def prefix_cache_notes(server_args: Mapping[str, Any], sessions: bool) -> list[s
             "prefilled its whole conversation again, so later turns' TTFT and the hit rate are "
             "not what a deployment with the cache would give; remove the flag (args: "
             "{disable-radix-cache: null}) to measure that"]  # fmt: skip
+
+
+def unsent_turn_notes(planned: int, records: list[RequestRecord]) -> list[str]:
+    """Turns a session never sent because an earlier one failed: counted, not silently lost
+    (the summary counts only the requests that were sent)."""
+    sent = sum(not r.warmup for r in records)
+    if sent >= planned:
+        return []
+    return [f"{planned - sent} of {planned} session turns were not sent: a session ends at its "
+            "first failed turn (the next would need its answer)"]  # fmt: skip

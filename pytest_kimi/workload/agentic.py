@@ -19,10 +19,10 @@ import functools
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_kimi.workload.sessions import Session, ThinkTime
+from pytest_kimi.workload.sessions import Session
 
 VOCABULARY_FILE = Path(__file__).resolve().parents[1] / "data" / "tiny-model" / "tokenizer.json"
 CATEGORY = "agentic"
@@ -37,7 +37,6 @@ class Agentic:
     system_prompt_tokens: int = 2048  # shared by every session
     task_tokens: int = 256  # the first user turn
     tool_result_tokens: int = 512  # each later turn (the answers' length is the workload's)
-    think_time: ThinkTime = field(default_factory=ThinkTime)
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -40,14 +40,13 @@ it (~0.3 ms of httpx) is done by its instant, which it waits for at its transpor
 
 
 def _client(
-    pooled: bool, timeout_s: float, clock: Callable[[], float], *, kernel_stamps: bool = False
+    timeout_s: float, transport: MeasuringTransport | None
 ) -> httpx.AsyncClient:
-    """Fresh connections through :class:`MeasuringTransport`, or httpx's keep-alive pool."""
+    """Fresh connections through ``transport``, or (None) httpx's keep-alive pool."""
     timeout = httpx.Timeout(timeout_s, connect=30.0)
-    if pooled:
+    if transport is None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
-    transport = MeasuringTransport(clock=clock, kernel_stamps=kernel_stamps)
     return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
 
 
@@ -84,8 +83,11 @@ async def run_requests(
         # fresh connections go through MeasuringTransport, which waits for a prepared
         # request's instant at its last step (on a shared clock the schedule waits)
         ahead = PREPARE_AHEAD_S if wall and not options.pooled else 0.0
-        async with _client(options.pooled, options.timeout_s, clock.now,
-                           kernel_stamps=wall) as http:  # fmt: skip
+        transport = None if options.pooled else MeasuringTransport(clock=clock.now,
+                                                                   kernel_stamps=wall)
+        async with _client(options.timeout_s, transport) as http:
+            if transport is not None:  # the name lookup before the schedule starts
+                await transport.resolve(url)
             work = _send(http, url, requests, options, warmup, hooks, records, clock, ahead)
             await (work if abort is None else abort.guard(work))
     return records
@@ -208,11 +210,11 @@ async def _send_all(
                 if ahead:
                     await clock.sleep_until(record.intended_time)
             record.start_time = record.send_time = clock.now()
+            on_start(record)  # sent now: in flight from here
 
         try:
             if not ahead or not open_loop:
                 await take_turn()
-            on_start(record)
             await send_one(http, url, body, record, options.api, options.timeout_s,
                            clock.now, holds, in_order, clock.taken,
                            at_turn=take_turn if ahead and open_loop else None)  # fmt: skip

@@ -73,7 +73,8 @@ def spec_json(
             for r in requests if isinstance(r, RequestSpec)]  # fmt: skip
     sessions = [[s.id, list(s.turns), s.system, s.category]
                 for s in requests if isinstance(s, Session)]  # fmt: skip
-    warm = [[r.prompt_id, r.text, r.nominal_tokens, r.category] for r in warmup]
+    warm = [[r.prompt_id, r.text, r.nominal_tokens, r.category, r.output_len, r.offset_s]
+            for r in warmup]  # fmt: skip
     spec = {"endpoint": endpoint, "options": asdict(options), "requests": rows,
             "sessions": sessions, "warmup": warm}  # fmt: skip
     return json.dumps(spec, default=str)  # a template's source path

@@ -73,13 +73,14 @@ async def send_one(
     turn = Turn(in_order)
     watch: asyncio.Task[None] | None = None
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_s) as limit:
             if in_order is not None:  # a turn is ours to wait for, not the request's time
                 await turn.take()
                 record.start_time = record.send_time = clock()
                 if taken is not None:
                     watch = asyncio.create_task(give_when_taken(turn, taken, taken()))
-            extensions = {"trace": trace, "kimi_phases": phases, "kimi_at_turn": at_turn}
+            extensions = {"trace": trace, "kimi_phases": phases,
+                          "kimi_at_turn": _untimed(at_turn, limit, timeout_s)}  # fmt: skip
             stream = http.stream("POST", url, content=content, headers=JSON_HEADERS,
                                  extensions=extensions)  # fmt: skip
             async with stream as response:
@@ -112,6 +113,22 @@ async def send_one(
     if answer is not None:
         answer.append(parser.text)
     return record
+
+
+def _untimed(
+    at_turn: Callable[[], Awaitable[None]] | None, limit: asyncio.Timeout, timeout_s: float
+) -> Callable[[], Awaitable[None]] | None:
+    """The wait for a request's turn (its slot, its instant) kept out of its timeout, which
+    then counts from the turn: as where a request is only begun at its turn."""
+    if at_turn is None:
+        return None
+
+    async def wait() -> None:
+        limit.reschedule(None)
+        await at_turn()
+        limit.reschedule(asyncio.get_running_loop().time() + timeout_s)
+
+    return wait
 
 
 def _error_text(exc: Exception, timeout_s: float) -> str:

@@ -93,9 +93,11 @@ class _SessionRun:
         holds: Holds | None = None
         try:
             for k in range(len(session.turns)):
+                record, body = self._prepare(session, k, first + k, answers)  # before its time
                 if holds is not None:  # a later turn: its think time, then the clock held
                     due = await self._think(holds, done[-1], rng)
-                record, holds = await self._turn(session, k, first + k, answers, due)
+                record.intended_time = due
+                holds = await self._send(record, body, answers)
                 done.append(record)
                 if not record.success:
                     break
@@ -121,11 +123,12 @@ class _SessionRun:
             holds.settle()
         return due if self.open_loop else None
 
-    async def _turn(
-        self, session: Session, k: int, index: int, answers: list[str], due: float | None
-    ) -> tuple[RequestRecord, Holds]:
-        """Send turn ``k`` with the conversation so far; its answer joins ``answers``."""
-        options, (on_start, on_done) = self.options, self.hooks
+    def _prepare(
+        self, session: Session, k: int, index: int, answers: list[str]
+    ) -> tuple[RequestRecord, dict]:
+        """Turn ``k``'s record and body, with the conversation so far: built before its
+        think time ends, so rendering a long conversation is not in its dispatch delay."""
+        options = self.options
         messages = session.messages(k, answers)
         text = options.render(messages)
         chat = messages if options.api == "chat" else None
@@ -133,8 +136,13 @@ class _SessionRun:
         record = RequestRecord(
             index=index, prompt_id=f"{session.id}/{k}", nominal_input_tokens=words(text),
             max_output_tokens=options.output_len, clock_start=options.clock_start,
-            category=session.category, session_id=session.id, turn=k, intended_time=due,
+            category=session.category, session_id=session.id, turn=k,
         )  # fmt: skip
+        return record, body
+
+    async def _send(self, record: RequestRecord, body: dict, answers: list[str]) -> Holds:
+        """Send a prepared turn; its answer joins ``answers``."""
+        options, (on_start, on_done) = self.options, self.hooks
         holds = Holds(self.clock)
         on_start(record)
         answer: list[str] = []
@@ -143,4 +151,4 @@ class _SessionRun:
                        answer=answer)  # fmt: skip
         on_done(record)
         answers.extend(answer)
-        return record, holds
+        return holds

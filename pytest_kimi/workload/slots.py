@@ -33,7 +33,13 @@ class Slots:
             return
         slot = asyncio.get_running_loop().create_future()
         self.waiting.append(slot)
-        await slot  # the leaving request took the hold for us
+        try:
+            await slot  # the leaving request took the hold for us
+        except asyncio.CancelledError:
+            if slot.done() and not slot.cancelled():  # handed over as it was stopped:
+                self.clock.release()  # its hold and its slot go on to the next one
+                self.leave()
+            raise
 
     def leave(self) -> None:
         while self.waiting:
@@ -78,10 +84,12 @@ class Pauses:
             self._changed.clear()
             sleep = asyncio.ensure_future(self.clock.sleep_until(t))
             changed = asyncio.ensure_future(self._changed.wait())
-            done, _ = await asyncio.wait({sleep, changed}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (sleep, changed):
-                if task not in done:
-                    task.cancel()
+            try:
+                done, _ = await asyncio.wait({sleep, changed},
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finally:  # also when the runner is stopped: neither outlives this turn
+                sleep.cancel()
+                changed.cancel()
             if sleep not in done:  # a new pause: it may end first
                 continue
             _, _, ends = heapq.heappop(self._heap)  # due: the earliest is never after t

@@ -308,6 +308,12 @@ class MeasuringTransport(httpx.AsyncBaseTransport):
             extensions={"kimi_arrival": arrival, "http_version": b"HTTP/1.1"},
         )
 
+    async def resolve(self, url: str) -> None:
+        """Look ``url``'s host up now, once for the client: not in the first request's time
+        (the first lookup starts the event loop's thread pool: milliseconds)."""
+        parsed = httpx.URL(url)
+        await self._addresses_of(parsed.host, parsed.port or 80)
+
     async def _addresses_of(self, host: str, port: int) -> list[tuple[int, tuple]]:
         """Where ``host:port`` may be, resolved once per client (a name lookup is the
         client's work, not the request's time); the one that last answered first."""

@@ -166,3 +166,18 @@ def test_the_agentic_generator_shares_one_system_prompt_and_sizes_each_turn():
     assert len({s.id for s in sessions}) == 5
     with pytest.raises(ValueError, match="turns must be >= 1"):
         Agentic(turns=0)
+
+
+def test_turns_a_session_never_sent_are_counted_in_the_notes():
+    from pytest_kimi.results.records import RequestRecord
+    from pytest_kimi.run.notes import unsent_turn_notes
+
+    def record(i: int, warmup: bool = False) -> RequestRecord:
+        return RequestRecord(index=i, prompt_id=f"p{i}", nominal_input_tokens=1,
+                             max_output_tokens=1, warmup=warmup)  # fmt: skip
+
+    sent = [record(-1, warmup=True), *[record(i) for i in range(7)]]
+    assert unsent_turn_notes(9, sent) == [
+        "2 of 9 session turns were not sent: a session ends at its first failed turn "
+        "(the next would need its answer)"]  # fmt: skip
+    assert unsent_turn_notes(7, sent) == []
