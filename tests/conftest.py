@@ -50,16 +50,12 @@ LONGEST_MODULES = {
 # The modules that start real SGLang servers. Each server wants both cores while it starts
 # (importing torch, building the model); three such modules at once on three workers slowed
 # each by half and held the machine at load 17. Under `--dist loadscope` they are one unit of
-# work: one worker runs them one after another while the others run the rest. The live mock
-# held to its twin within 1% runs in the same unit, never beside a real server: beside one
-# (load ~10 on 2 cores) a hold on the mock's shared clock stood past its 2 s stall limit and
-# the live run drifted 2% from the twin (alone, on the same machine, it passes).
+# work: one worker runs them one after another while the others run the rest.
 REAL_SGLANG_MODULES = frozenset({
     "tests/realsglang/test_mission.py",
     "tests/realsglang/test_attach.py",
     "tests/realsglang/test_teardown.py",
     "tests/ssh/test_ssh_real_sglang.py",
-    "tests/integration/test_twin_live.py",
 })  # fmt: skip
 
 

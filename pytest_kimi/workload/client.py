@@ -25,7 +25,7 @@ from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.workload import kernelstamps
 from pytest_kimi.workload.abort import Abort
 from pytest_kimi.workload.clocks import WALL, RunClock, WallClock
-from pytest_kimi.workload.holds import Holds
+from pytest_kimi.workload.holds import Burst, Holds
 from pytest_kimi.workload.send import send_one
 from pytest_kimi.workload.sessions import Session
 from pytest_kimi.workload.sessionsend import send_sessions
@@ -178,10 +178,9 @@ async def _send_all(
 ) -> None:
     """The measured requests at fixed concurrency.
 
-    ``ahead``: in an open loop each request is prepared that many seconds before its
-    instant (record, body, httpx's request) and waits for it inside the transport, just
-    before connecting, so the client's own work is not in its dispatch delay; 0: each is
-    begun at its instant (the mock's shared clock, httpx's pool)."""
+    ``ahead``: in an open loop each request is prepared that many seconds before its instant
+    (record, body, httpx's request) and waits for it in the transport, just before connecting,
+    so the client's work is not in its dispatch delay; 0: begun at it (shared clock, pool)."""
     on_start, on_done = hooks
     slots = Slots(options.concurrency, clock)
     offsets = due_offsets(requests, options)  # a trace's, the request rate's, or none
@@ -226,20 +225,24 @@ async def _send_all(
             holds.settle()  # ...then this one's last token lets go
 
     tasks: list[asyncio.Task[RequestRecord]] = []
+    first = Burst(clock, slots)  # the first instant's requests: at one cluster instant
     try:
         for index, spec in enumerate(requests):
             tasks.append(asyncio.create_task(one(index, spec)))
             await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
             later = index + 1 < len(requests) and due_at[index + 1] > due_at[index]
             if open_loop and later:  # the schedule's next instant, never the loop's wake-up
+                await first.end(len(tasks))  # later instants: each one's bound keeps it
                 due = origin[0] + due_at[index + 1]
                 if ahead:  # the request waits for its instant itself, once prepared
                     await asyncio.sleep(max(0.0, due - ahead - clock.now()))
                 else:
                     await clock.sleep_until(due)
+        await first.end(len(tasks))
         clock.clear_bound()  # the schedule is done: the clock may pass the last send
         records.extend(await asyncio.gather(*tasks))
     finally:  # cancelled (an abort): no request may outlive the run or finish after it
+        first.let_go()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 
 from pytest_kimi.workload.clocks import RunClock
+from pytest_kimi.workload.slots import Slots
 
 
 class Holds:
@@ -43,6 +44,36 @@ class Holds:
     def settle(self) -> None:
         if self.ended:
             self.ended = False
+            self.clock.release()
+
+
+class Burst:
+    """The clock held while a run lets go of the requests (or sessions) of its first instant.
+
+    Each request holds the clock from its slot until an engine takes it in, but the run
+    starts them one task at a time. On a busy machine the client can be switched out
+    between two of them for milliseconds, long enough for the first request to reach its
+    engine and let go of the only hold: the clock ran (a millisecond is 0.2 cluster seconds
+    at 1:200) and the burst went out spread over cluster time. So the run holds the clock
+    itself until every request of that instant has asked for a slot (and so holds the clock,
+    or waits for a slot handed over with a hold). Later instants are kept by the clock's
+    bound at each (``RunClock.sleep_until``). On wall time nothing stands still: no-op."""
+
+    def __init__(self, clock: RunClock, slots: Slots) -> None:
+        self.clock, self.slots, self.held = clock, slots, clock.in_order
+        if self.held:
+            clock.hold()
+
+    async def end(self, requests: int) -> None:
+        """Once ``requests`` requests have asked for a slot, let go (later calls do nothing)."""
+        if self.held:
+            await self.slots.asked(requests)
+        self.let_go()
+
+    def let_go(self) -> None:
+        """Let go now (a run stopped partway)."""
+        if self.held:
+            self.held = False
             self.clock.release()
 
 

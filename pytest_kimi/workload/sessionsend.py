@@ -21,7 +21,7 @@ import httpx
 
 from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.workload.clocks import RunClock
-from pytest_kimi.workload.holds import Holds
+from pytest_kimi.workload.holds import Burst, Holds
 from pytest_kimi.workload.send import send_one
 from pytest_kimi.workload.sessions import Session, words
 from pytest_kimi.workload.slots import Pauses, Slots
@@ -47,6 +47,7 @@ async def send_sessions(
     starts = list(itertools.accumulate(gaps, initial=0.0))
     first = list(itertools.accumulate((len(s.turns) for s in sessions), initial=0))
     tasks: list[asyncio.Task[list[RequestRecord]]] = []
+    burst = Burst(clock, run.slots)  # the first instant's sessions: at one cluster instant
     held = False  # the clock, by the pause before this session's start
     try:
         for i, session in enumerate(sessions):
@@ -56,11 +57,14 @@ async def send_sessions(
                 clock.release()
                 held = False
             if gaps[i] > 0 and run.origin:  # the next session's start
+                await burst.end(len(tasks))
                 await run.pauses.add(run.origin[0] + starts[i + 1])
                 held = True
+        await burst.end(len(tasks))
         for done in await asyncio.gather(*tasks):
             records.extend(done)
     finally:  # cancelled (an abort): no request may outlive the run or finish after it
+        burst.let_go()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -25,8 +25,18 @@ class Slots:
     def __init__(self, size: int, clock: RunClock) -> None:
         self.free, self.clock = size, clock
         self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.entries = 0  # how many requests have asked for a slot
+        self._entered = asyncio.Event()
+
+    async def asked(self, n: int) -> None:
+        """Until ``n`` requests have asked for a slot (:meth:`enter`)."""
+        while self.entries < n:
+            self._entered.clear()
+            await self._entered.wait()
 
     async def enter(self) -> None:
+        self.entries += 1  # before any await: a free slot's hold is taken in the same step
+        self._entered.set()
         if self.free > 0 and not self.waiting:
             self.free -= 1
             self.clock.hold()

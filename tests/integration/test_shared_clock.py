@@ -15,9 +15,12 @@ import pytest
 
 from pytest_kimi.deploy.ports import free_port
 from pytest_kimi.testing.processes import mock_argv
+from pytest_kimi.workload import client as client_module
+from pytest_kimi.workload import sessionsend
 from pytest_kimi.workload.client import ClientOptions, RequestSpec, run_requests
 from pytest_kimi.workload.sessions import Session, ThinkTime
 from pytest_kimi.workload.sharedclock import SharedClock
+from pytest_kimi.workload.slots import Slots
 from pytest_kimi.workload.specs import arrival_gaps
 
 PROMPT = " ".join(["bago"] * 64)
@@ -64,6 +67,51 @@ def test_a_slow_client_costs_no_cluster_time(spawn, tmp_path, api):
     stats = clock.stats()
     assert stats.stalls == 0
     assert stats.held_wall_s >= 6 * 0.02  # the slow client's time: counted, not in the figures
+    clock.close()
+
+
+def _slots_entered_late(clock: SharedClock):
+    """Slots whose every entry after the first waits until the first request has reached the
+    engine and then blocks the client 20 ms (20 cluster seconds at 1:1000): a client switched
+    out between two requests of one instant, driven rather than hoped for."""
+    entries = itertools.count()
+
+    class LateSlots(Slots):
+        async def enter(self) -> None:
+            if next(entries) > 0:
+                while clock.taken() < 1:
+                    await asyncio.sleep(0.001)
+                time.sleep(0.02)
+            await super().enter()
+
+    return LateSlots
+
+
+@pytest.mark.parametrize("work", ["requests", "sessions"])
+def test_a_closed_loops_first_requests_arrive_at_one_instant_however_late_the_client(
+    spawn, tmp_path, monkeypatch, work
+):
+    """The first ``concurrency`` requests (or sessions' first turns) of a closed loop go out
+    at one cluster instant, even when the first has reached its engine before the client
+    got to the second: the run holds the clock until each holds its own (``Burst``). Without
+    that hold the clock ran while the client was busy, and a loaded machine spread the
+    burst over cluster time (the live mock then drifted 2% from its twin)."""
+    clock = SharedClock.create(tmp_path / "clock", SCALE)
+    url = _serve(spawn, tmp_path / "clock")
+    late = _slots_entered_late(clock)
+    monkeypatch.setattr(client_module, "Slots", late)
+    monkeypatch.setattr(sessionsend, "Slots", late)
+    options = ClientOptions(api="chat", output_len=4, concurrency=3)
+    if work == "requests":
+        items: list = [RequestSpec(f"p{i}", PROMPT, 64) for i in range(3)]
+    else:
+        items = [Session(f"s{i}", (PROMPT,)) for i in range(3)]
+    records = asyncio.run(run_requests(url, items, options, clock=clock))
+    assert len(records) == 3 and all(r.success for r in records), [r.error for r in records]
+    arrivals = [t["arrival"] for t in httpx.get(url + "/kimi/ground_truth").json()["requests"]]
+    assert len(arrivals) == 3 and max(arrivals) - min(arrivals) < 1e-9, arrivals
+    assert {r.send_time for r in records} == {records[0].send_time}
+    assert clock.stats().held_wall_s >= 2 * 0.02  # the client's time: counted, not in figures
     clock.close()
 
 
