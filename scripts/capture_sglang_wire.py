@@ -198,6 +198,46 @@ def declared_families(version: str, recorded: list[dict[str, Any]]) -> list[dict
         out.append({"name": name, "type": kind, "help": doc, "labels": template["labels"],
                     "ready": [], "seen": template["ready"][:1],
                     "buckets": [*buckets, "+Inf"] if kind == "histogram" else []})
+    return out + _tokenizer_families(tree, recorded)
+
+
+TOKENIZER_TEMPLATE = "sglang:num_aborted_requests_total"  # the tokenizer's labels.keys()
+
+
+def _tokenizer_families(tree: Any, recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tokenizer manager's counters with a label of their own that a server without a
+    prefix cache never shows: ``Counter(name=..., documentation=..., labelnames=
+    list(labels.keys()) + ["cache_source"])`` (``sglang:cached_tokens_total``, first
+    incremented by a request that found its prefix cached). Their labels are the tokenizer's
+    (those of :data:`TOKENIZER_TEMPLATE`) and the extra ones, whose values the mock gives."""
+    import ast
+
+    seen = {f["name"] for f in recorded}
+    [template] = [f for f in recorded if f["name"] == TOKENIZER_TEMPLATE]
+    [collector] = [n for n in ast.walk(tree)
+                   if isinstance(n, ast.ClassDef) and n.name == "TokenizerMetricsCollector"]
+    out = []
+    for call in ast.walk(collector):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "Counter"):
+            continue
+        kw = {k.arg: k.value for k in call.keywords}
+        labelnames = kw.get("labelnames")
+        if not (isinstance(labelnames, ast.BinOp) and isinstance(labelnames.op, ast.Add)
+                and ast.unparse(labelnames.left) == "list(labels.keys())"):
+            continue
+        try:
+            name = ast.literal_eval(kw["name"])
+            doc = ast.literal_eval(kw["documentation"])
+            extra = [str(x) for x in ast.literal_eval(labelnames.right)]
+        except (KeyError, ValueError):
+            continue
+        if name in seen or name != "sglang:cached_tokens_total":
+            continue  # only what the mock counts: a family it never writes is not recorded
+        base = template["seen"][0]
+        out.append({"name": name, "type": "counter", "help": doc,
+                    "labels": sorted([*base, *extra]), "ready": [],
+                    "seen": [{**base, **{k: "" for k in extra}}], "buckets": []})
     return out
 
 

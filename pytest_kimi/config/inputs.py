@@ -119,7 +119,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
             cluster = replace(cluster, workload=cluster.named_workload(options.workload))
         check_trace_speed(options, cluster)
         check_gate(options, cluster)
-        names = options.layouts or tuple(cluster.layouts)
+        names = options.layouts or default_layouts(cluster)
         layouts = tuple(cluster.layout(name) for name in names)
         slos = layout_slos(cluster, layouts, options.slo_overrides)
         run_points = workload_points(options, cluster)
@@ -238,14 +238,24 @@ def check_points(options: Options, cluster: ClusterConfig, run_points: tuple[Poi
             )
 
 
+def default_layouts(cluster: ClusterConfig) -> tuple[str, ...]:
+    """The layouts a run without ``--layout`` measures: those not marked ``default: false``."""
+    names = tuple(name for name, layout in cluster.layouts.items() if layout.default)
+    if not names:
+        raise UsageProblem(f"{cluster.path}: every layout is default: false: name the ones to "
+                           f"run with --layout (one of {', '.join(cluster.layouts)})")  # fmt: skip
+    return names
+
+
 def check_trace_speed(options: Options, cluster: ClusterConfig) -> None:
     """``--kimi-trace-speed`` replays a trace: it needs a trace workload, and a speed > 0."""
     speed = options.trace_speed
     if speed is None:
         return
-    if cluster.workload.kind != "trace":
-        raise UsageProblem("--kimi-trace-speed replays a trace workload (kind: trace): pick "
-                           "one with --kimi-workload NAME")  # fmt: skip
+    if cluster.workload.kind != "trace" and cluster.workload.arrivals is None:
+        raise UsageProblem("--kimi-trace-speed replays a trace workload (kind: trace) or an "
+                           "arrival list (arrivals:): pick one with --kimi-workload "
+                           "NAME")  # fmt: skip
     if not speed > 0:
         raise UsageProblem(f"--kimi-trace-speed {speed:g}: the speed must be > 0")
 

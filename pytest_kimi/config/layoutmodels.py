@@ -115,3 +115,8 @@ class LayoutModel(StrictModel):
         None, description="Nodes one replica spans; default deployment.nodes_per_replica."
     )
     router: LayoutRouter = Field(default_factory=LayoutRouter, description=LayoutRouter.__doc__)
+    default: bool = Field(
+        True,
+        description="Run when --layout names none; false: only when named (a layout kept for "
+        "one workload's comparison, e.g. a router policy on multi-turn sessions).",
+    )

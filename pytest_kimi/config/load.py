@@ -154,6 +154,7 @@ def _layout(src: Located, name: str, layout: layoutmodels.LayoutModel, executor:
         nodes_per_replica=layout.nodes_per_replica,
         router_node=layout.router.node,
         router_policy=layout.router.policy,
+        default=layout.default,
         router_args=tuple(layout.router.args.items()),
         sides=sides,
         transfer_backend=layout.transfer_backend,
@@ -285,7 +286,7 @@ def _workload(src: Located, workload: workloadmodels.Workload) -> WorkloadConfig
 
 
 _SESSION_FIELDS = {"kind", "turns", "system_prompt_tokens", "task_tokens", "tool_result_tokens",
-                   "think_time", "trace_speed"}  # fmt: skip
+                   "think_time", "trace_speed", "arrivals"}  # fmt: skip
 
 
 def _named(
@@ -299,7 +300,26 @@ def _named(
         system_prompt_tokens=entry.system_prompt_tokens, task_tokens=entry.task_tokens,
         tool_result_tokens=entry.tool_result_tokens, think_time_s=entry.think_time.seconds,
         think_time_kind=entry.think_time.kind, trace_speed=entry.trace_speed,
+        arrivals=_arrivals(src, name, merged, entry),
     )  # fmt: skip
+
+
+def _arrivals(
+    src: Located, name: str, merged: workloadmodels.Workload, entry: workloadmodels.NamedWorkload
+) -> Path | None:
+    """A named workload's recorded arrival list, beside the cluster file: it times single
+    requests or sessions, and replaces request_rate's Poisson arrivals."""
+    if entry.arrivals is None:
+        return None
+    where = f"workloads.{name}.arrivals"
+    if entry.kind == "trace":
+        raise src.error(where, "a trace brings its own timestamps; arrivals times requests, "
+                               "sessions or agentic workloads")  # fmt: skip
+    rates = merged.request_rate if isinstance(merged.request_rate, list) else [merged.request_rate]
+    if any(float(rate) != float("inf") for rate in rates):
+        raise src.error(where, "replaces request_rate's Poisson arrivals: leave request_rate "
+                               "at inf")  # fmt: skip
+    return _beside(src.path, entry.arrivals)
 
 
 def _beside(cluster_file: Path, given: str) -> Path:

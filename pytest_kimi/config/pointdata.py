@@ -37,7 +37,7 @@ def load_prompts(
         config = configs[point.id]
         key = (wl.num_requests + wl.warmup_requests, wl.category, config, wl.api)
         if wl.sessions:
-            out[point.id] = _sessions(options, cluster, wl, path)
+            out[point.id] = _timed(options, wl, session_workload(options, cluster, wl, path))
             continue
         if wl.kind == "trace":
             from pytest_kimi.workload.trace import load_trace
@@ -56,11 +56,27 @@ def load_prompts(
                 api=wl.api,
                 tokenizer_dir=tokenizer_dir(options, cluster),
             )
-        out[point.id] = loaded[key]
+        out[point.id] = _timed(options, wl, loaded[key])
     return out
 
 
-def _sessions(
+def _timed(options: Options, wl: WorkloadConfig, workload: Workload) -> Workload:
+    """The workload with its recorded arrival list (``arrivals:``), if it has one: one
+    instant per prompt or session, at ``--kimi-trace-speed`` over its ``trace_speed``."""
+    if wl.arrivals is None:
+        return workload
+    from dataclasses import replace
+
+    from pytest_kimi.workload.speedbench import DataFile, sha256_file
+    from pytest_kimi.workload.trace import read_arrivals
+
+    speed = options.trace_speed or wl.trace_speed
+    offsets = read_arrivals(wl.arrivals, count=len(workload), speed=speed)
+    files = (*workload.files, DataFile(wl.arrivals, sha256_file(wl.arrivals)))
+    return replace(workload, arrivals_s=offsets, trace_speed=speed, files=files)
+
+
+def session_workload(
     options: Options, cluster: ClusterConfig, wl: WorkloadConfig, path: Path
 ) -> Workload:
     """A session workload's sessions: from its dataset, or generated (``kind: agentic``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -47,7 +48,8 @@ class WorkloadConfig:
     tool_result_tokens: int = 512  # agentic: each later turn
     think_time_s: float = 0.0  # cluster seconds between an answer and the next turn
     think_time_kind: str = "fixed"  # fixed | exponential (seeded)
-    trace_speed: float = 1.0  # trace: timestamps divided by this
+    trace_speed: float = 1.0  # trace (and arrivals): timestamps divided by this
+    arrivals: Path | None = None  # a recorded arrival list (JSONL timestamps, ms) to replay
 
     @property
     def sessions(self) -> bool:

@@ -86,6 +86,7 @@ class Layout:
     router_args: tuple[tuple[str, Any], ...] = ()  # over router.args; None removes one
     sides: tuple[PDSide, ...] = ()  # prefill and decode of a disaggregated layout
     transfer_backend: str = "mooncake"  # disaggregated: --disaggregation-transfer-backend
+    default: bool = True  # runs when --layout names none (False: only when named)
 
     @property
     def disaggregated(self) -> bool:

@@ -129,3 +129,10 @@ class NamedWorkload(Workload):
     trace_speed: Annotated[float, Field(gt=0)] = Field(
         1.0, description="trace: replay speed (2: twice as fast); --kimi-trace-speed overrides."
     )
+    arrivals: Text | None = Field(
+        None,
+        description="requests, sessions or agentic: a recorded arrival list to replay instead of "
+        "a closed loop or request_rate's Poisson arrivals: JSONL rows with `timestamp` in ms "
+        "(a Mooncake trace is one), relative to the cluster file; request (or session) i is "
+        "due at row i's timestamp after the first's, divided by trace_speed.",
+    )

@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-prefill-tokens", type=int, default=16384)
     add("--context-length", type=int, default=131072)
     add("--disable-radix-cache", action="store_true")
+    add("--enable-cache-report", action="store_true")
     add("--enable-mixed-chunk", action="store_true")
     add("--kv-cache-dtype", default="auto")
     add("--moe-runner-backend", default="auto")

@@ -11,6 +11,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pytest_kimi.mock.simrequest import NO_IDS, TokenIds
 from pytest_kimi.mock.speculative import Drafts
 
 
@@ -26,6 +27,7 @@ class Arrival:
     max_new: int = field(compare=False)
     prebuilt: bool = field(default=False, compare=False)
     drafts: Drafts | None = field(default=None, compare=False)
+    ids: TokenIds = field(default=NO_IDS, compare=False)
 
 
 class Arrivals:
@@ -37,10 +39,11 @@ class Arrivals:
 
     def add(
         self, at: float, rid: str, prompt: int, max_new: int, prebuilt: bool,
-        drafts: Drafts | None,
+        drafts: Drafts | None, ids: TokenIds = NO_IDS,
     ) -> None:  # fmt: skip
         self._seq += 1
-        bisect.insort(self._queue, Arrival(at, self._seq, rid, prompt, max_new, prebuilt, drafts))
+        arrival = Arrival(at, self._seq, rid, prompt, max_new, prebuilt, drafts, ids)
+        bisect.insort(self._queue, arrival)
 
     def drop(self, rid: str) -> None:
         """Forget a request (aborted before the model took it in)."""

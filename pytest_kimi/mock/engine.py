@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pytest_kimi.mock.arrivals import Arrivals
 from pytest_kimi.mock.scheduler import ReplicaSim
-from pytest_kimi.mock.simrequest import SimRequest, TokenEvent
+from pytest_kimi.mock.simrequest import NO_IDS, SimRequest, TokenEvent, TokenIds
 from pytest_kimi.mock.speculative import Drafts
 from pytest_kimi.mock.timebase import TimeBase
 from pytest_kimi.workload.sharedclock import INF, SharedClock
@@ -73,9 +73,10 @@ class Engine:
         self.lateness: list[float] = []  # wall seconds each event ran after its deadline
 
     def submit(
-        self, rid: str, prompt_tokens: int, max_new_tokens: int, drafts: Drafts | None = None
-    ) -> Stream:
-        """Queue a request at the current cluster time; tokens arrive on the stream's queue.
+        self, rid: str, prompt_tokens: int, max_new_tokens: int, drafts: Drafts | None = None,
+        ids: TokenIds = NO_IDS,
+    ) -> Stream:  # fmt: skip
+        """Queue a request now; tokens arrive on the stream's queue (``ids``: its tokens).
 
         On a shared clock the request arrives where the clock stands: the engine bounds the
         clock there (it may not pass an arrival the model has not taken in yet) and lets go
@@ -84,11 +85,11 @@ class Engine:
             at = max(self.shared.arrive(), self.sim.now)
         else:
             at = max(self.timebase.now(), self.sim.now)
-        return self.submit_at(rid, prompt_tokens, max_new_tokens, at, drafts=drafts)
+        return self.submit_at(rid, prompt_tokens, max_new_tokens, at, drafts=drafts, ids=ids)
 
     def submit_at(
         self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float, *,
-        prebuilt: bool = False, drafts: Drafts | None = None,
+        prebuilt: bool = False, drafts: Drafts | None = None, ids: TokenIds = NO_IDS,
     ) -> Stream:  # fmt: skip
         """Queue a request the model takes in at cluster time ``at`` (its arrival, or when a
         disaggregated request is ready on this side); tokens arrive on the stream's queue."""
@@ -97,7 +98,7 @@ class Engine:
         req = SimRequest(rid, prompt_tokens, max_new_tokens, at)  # placeholder until admitted
         stream = self.streams.get(rid) or Stream(req, queue)
         self.streams[rid] = stream
-        self.arrivals.add(at, rid, prompt_tokens, max_new_tokens, prebuilt, drafts)
+        self.arrivals.add(at, rid, prompt_tokens, max_new_tokens, prebuilt, drafts, ids)
         self.wake.set()
         return stream
 
@@ -221,8 +222,8 @@ class Engine:
         for a in self.arrivals.due(until):
             rid, prompt, new, at = a.rid, a.prompt, a.max_new, a.at
             self._dispatch(self.sim.advance(at))
-            add = self.sim.add_prebuilt if a.prebuilt else self.sim.add
-            req = add(rid, prompt, new, at, a.drafts)
+            req = (self.sim.add_prebuilt(rid, prompt, new, at, a.drafts) if a.prebuilt
+                   else self.sim.add(rid, prompt, new, at, a.drafts, a.ids))  # fmt: skip
             stream = self.streams.get(rid)
             if stream is not None:
                 stream.request = req

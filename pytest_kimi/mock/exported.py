@@ -21,6 +21,7 @@ from pytest_kimi.mock.args import MockArgs
 from pytest_kimi.mock.engine import Engine
 from pytest_kimi.mock.wire import recording
 from pytest_kimi.mock.wire.info import max_total_tokens
+from pytest_kimi.mock.wire.meta import cached_details
 from pytest_kimi.mock.wire.metrics import MetricStore
 
 HTTP_FAMILIES = ("sglang:http_requests_total", "sglang:http_responses_total",
@@ -33,6 +34,7 @@ class ServerMetrics:
 
     def __init__(self, args: MockArgs) -> None:
         self.total_tokens = max_total_tokens(args.wire, args.max_total_tokens)
+        self.version = args.wire
         kind = args.disaggregation_mode if args.disaggregation_mode != "null" else "unified"
         fill = {"model_name": str(args.served_model_name), "pid": str(os.getpid()),
                 "engine_type": kind, "num_pages": str(self.total_tokens), "page_size": "1"}
@@ -74,22 +76,30 @@ class ServerMetrics:
         self.store.observe_spread("sglang:inter_token_latency_seconds", interval_s, new_tokens)
 
     def finished(self, prompt: int, generated: int, streaming: bool, e2e_s: float,
-                 decode_s: float | None) -> None:  # fmt: skip
-        """A request's last output (also an aborted one's): counters and histograms."""
+                 decode_s: float | None, cached: int = 0) -> None:  # fmt: skip
+        """A request's last output (also an aborted one's): counters and histograms.
+        ``cached``: its prompt tokens the prefix cache held (SGLang's scheduler counts its
+        prefill's computed and cached tokens per batch; summed over a run, the same)."""
         flag = _flag(streaming)
         store = self.store
+        if cached > 0:  # the counter appears with the first cached token, as SGLang's
+            source = "device" if cached_details(self.version, cached) else "total"
+            store.inc("sglang:cached_tokens_total", cached, cache_source=source)
+            store.inc("sglang:realtime_tokens_total", cached, mode="prefill_cache")
+            store.inc("sglang:prefill_effective_tokens_total", cached, mode="device_hit")
+        store.inc("sglang:prefill_effective_tokens_total", prompt - cached, mode="input")
         store.inc("sglang:prompt_tokens_total", prompt, is_streaming=flag)
         store.inc("sglang:generation_tokens_total", generated, is_streaming=flag)
         store.inc("sglang:num_requests_total", is_streaming=flag)
         store.observe("sglang:e2e_request_latency_seconds", e2e_s, is_streaming=flag)
         store.observe("sglang:num_retractions", 0.0)
         store.observe("sglang:prompt_tokens_histogram", float(prompt))
-        store.observe("sglang:uncached_prompt_tokens_histogram", float(prompt))
+        store.observe("sglang:uncached_prompt_tokens_histogram", float(prompt - cached))
         store.observe("sglang:generation_tokens_histogram", float(generated))
         if decode_s is not None and generated > 1:
             store.observe("sglang:request_time_per_output_token_seconds",
                           decode_s / (generated - 1), is_streaming=flag)  # fmt: skip
-        store.inc("sglang:realtime_tokens_total", prompt, mode="prefill_compute")
+        store.inc("sglang:realtime_tokens_total", prompt - cached, mode="prefill_compute")
         store.inc("sglang:realtime_tokens_total", generated, mode="decode")
 
     def aborted(self) -> None:
@@ -111,6 +121,8 @@ class ServerMetrics:
         store.set("sglang:kv_available_tokens", max(0, self.total_tokens - used))
         store.set("sglang:token_usage", used / self.total_tokens)
         store.set("sglang:max_total_num_tokens", self.total_tokens)
+        if sim.cache is not None:  # the last prefill batch's, as SGLang's scheduler logs it
+            store.set("sglang:cache_hit_rate", sim.cache.log.hit_rate)
         spec = sim.spec_counters
         if spec.logged:  # set at each decode log, as SGLang's scheduler does
             store.set("sglang:spec_accept_length", spec.accept_length)

@@ -40,8 +40,9 @@ from pytest_kimi.mock.http_common import (
 )
 from pytest_kimi.mock.prefillside import PrefillSide
 from pytest_kimi.mock.reqstate import State, Words, output_words
+from pytest_kimi.mock.simrequest import NO_IDS, TokenIds
 from pytest_kimi.mock.speculative import Drafts, acceptance, prompt_seed
-from pytest_kimi.mock.tokenizer_files import count_tokens
+from pytest_kimi.mock.tokenizer_files import count_tokens, token_ids
 from pytest_kimi.mock.wire.meta import Progress, Times
 
 log = logging.getLogger("sglang.mock")
@@ -102,14 +103,14 @@ def _spec_meta(engine: Engine, stream: Stream) -> dict[str, Any]:
 
 async def _submit(
     request: web.Request, rid: str, prompt: int, max_new: int, body: dict[str, Any],
-    drafts: Drafts | None,
+    drafts: Drafts | None, ids: TokenIds = NO_IDS,
 ) -> tuple[Stream, int]:  # fmt: skip
     """To the engine, or through this server's disaggregation side: the stream, and how many
     tokens it will carry (a prefill server makes one)."""
     engine: Engine = request.app[ENGINE_KEY]
     side = request.app.get(SIDE_KEY)
     if side is None:
-        return engine.submit(rid, prompt, max_new, drafts), max_new
+        return engine.submit(rid, prompt, max_new, drafts, ids), max_new
     try:
         boot = Bootstrap.of(body)
     except BootstrapError as exc:
@@ -118,6 +119,19 @@ async def _submit(
         return side.submit(rid, prompt, boot), 1
     assert isinstance(side, DecodeSide)
     return await side.submit(rid, prompt, max_new, boot, drafts), max_new
+
+
+def _token_ids(engine: Engine, source: Any, words: Words) -> TokenIds:
+    """The prompt's and the answer's token ids, when the replica keeps a prefix cache."""
+    if engine.sim.cache is None:
+        return NO_IDS
+    if isinstance(source, list):
+        prompt = tuple(int(t) for t in source)
+    elif isinstance(source, str):
+        prompt = token_ids(source)
+    else:
+        return NO_IDS
+    return TokenIds(prompt, tuple(words.ids))
 
 
 def _abort(request: web.Request, rid: str) -> bool:
@@ -166,12 +180,12 @@ class Exchange:
               first_chunk: bool, now: float) -> State:  # fmt: skip
         spec = _spec_meta(self.engine, self.handle) if finish is not None else {}
         progress = Progress(self.rid, self.prompt, generated, finish, self.stream, first_chunk,
-                            spec)  # fmt: skip
+                            spec, self.handle.request.cached)  # fmt: skip
         replica = f"{self.args.host}:{self.args.port}" if self.args.mock_replica_header else None
         times = self.times(now if finish is not None else None)
         return State(progress, times, words, version=self.args.wire,
                      metrics=bool(self.args.enable_metrics), before=before,
-                     replica=replica)  # fmt: skip
+                     replica=replica, cache_report=self.args.enable_cache_report)  # fmt: skip
 
     def event(self, generated: int, finished: bool, now: float) -> None:
         """A token event reached the HTTP side: the scheduler's queue and prefill times once,
@@ -204,7 +218,8 @@ class Exchange:
             return
         first = self.times().first_token
         decode = now - first if first is not None else None
-        self.metrics.finished(self.prompt, generated, self.stream, now - self.received, decode)
+        self.metrics.finished(self.prompt, generated, self.stream, now - self.received, decode,
+                              self.handle.request.cached)  # fmt: skip
 
     def abandon(self, generated: int) -> None:
         """Its client went away: abort it (counted as SGLang's ``abort_request`` counts it)
@@ -235,12 +250,13 @@ async def run_generation(
     rid = request_id(body or {})
     try:  # a client that goes away while a disaggregated side waits frees what it took
         drafts = _drafts(engine, source)
-        handle, max_new = await _submit(request, rid, prompt, max_new, body or {}, drafts)
+        words = output_words(rid, max_new)
+        ids = _token_ids(engine, source, words)
+        handle, max_new = await _submit(request, rid, prompt, max_new, body or {}, drafts, ids)
     except BaseException:
         _abort(request, rid)
         raise
     ex = Exchange(request, rid, prompt, stream, handle)
-    words = output_words(rid, max_new)
     if not stream:
         return await _whole(ex, words, render)
     return await _streamed(ex, words, render)

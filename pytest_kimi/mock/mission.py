@@ -63,9 +63,11 @@ def server_flags(cluster: ClusterConfig, layout: str) -> MockArgs:
 
 
 def unified_layouts(cluster: ClusterConfig) -> list[str]:
-    """The layouts whose replicas serve requests whole (what the seed measured, and what
-    :func:`deployment` describes); a disaggregated one is :func:`pd_sides`'s."""
-    return [name for name, lay in cluster.layouts.items() if not lay.disaggregated]
+    """The layouts a run measures by default whose replicas serve requests whole (what the
+    seed measured, and what :func:`deployment` describes); a disaggregated one is
+    :func:`pd_sides`'s, one run only when named (``default: false``) is left out."""
+    return [name for name, lay in cluster.layouts.items()
+            if lay.default and not lay.disaggregated]  # fmt: skip
 
 
 def pd_sides(cluster: ClusterConfig, layout: str) -> tuple[Side, Side]:
@@ -218,3 +220,42 @@ def summarize_twin(
     ``itl=False``: inter-token latencies left unmeasured (a fit's inner loop does not need them)."""
     records = twin_records(run, chunks=itl)
     return summarize(records, time_scale=1.0, percentiles=percentiles)
+
+
+def simulate_sessions_layout(cluster: ClusterConfig, layout: str, workload: str) -> list:
+    """A session workload (``workloads:`` name) on ``layout``, offline: the same sessions,
+    warm-up, think times and chat template as a run, the layout's router policy, and each
+    replica's prefix cache as its flags set it (``--disable-radix-cache``,
+    ``--max-total-tokens``); its measured turns (``sessiontwin.TwinTurn``)."""
+    from pytest_kimi.config.options import Options
+    from pytest_kimi.config.pointdata import dataset_path, session_workload
+    from pytest_kimi.mock.perfmodel import CostModel
+    from pytest_kimi.mock.prefixreuse import PrefixReuse
+    from pytest_kimi.mock.scheduler import ReplicaSim
+    from pytest_kimi.mock.sessiontwin import SessionPlan, simulate_sessions
+    from pytest_kimi.mock.wire.info import max_total_tokens
+    from pytest_kimi.workload.sessions import ThinkTime
+    from pytest_kimi.workload.specs import ClientOptions
+
+    wl, lay = cluster.named_workload(workload), cluster.layout(layout)
+    dep = deployment(cluster, layout)
+    options = Options(cluster_path=cluster.path, layouts=(layout,), report_dir=Path("."))
+    loaded = session_workload(options, cluster, wl, dataset_path(options, cluster))
+    render = ClientOptions(chat_template=loaded.chat_template).render
+    n = wl.warmup_requests
+    plan = SessionPlan(sessions=loaded.sessions[n:], render=render, output_len=wl.output_len,
+                       warmup=[render(s.messages(0, [])) for s in loaded.sessions[:n]],
+                       concurrency=wl.concurrency, seed=wl.seed,
+                       think=ThinkTime(wl.think_time_s, wl.think_time_kind))  # fmt: skip
+    flags, profile = server_flags(cluster, layout), profile_of(cluster)
+    sims = [
+        ReplicaSim(CostModel(profile, tp=dep.tp, pp=dep.pp, ep=dep.ep,
+                             gpus_per_node=dep.gpus_per_node), chunk_size=dep.chunk_size,
+                   max_running=dep.max_running or profile.max_running_requests,
+                   seed=dep.seed + i, jitter=profile.jitter, spec=dep.spec,
+                   cache=None if flags.disable_radix_cache else PrefixReuse(
+                       max_total_tokens(flags.wire, flags.max_total_tokens),
+                       whole_answer=flags.wire == "0.5.9"))
+        for i in range(dep.replicas)
+    ]  # fmt: skip
+    return simulate_sessions(plan, sims, cluster.router_policy(lay))

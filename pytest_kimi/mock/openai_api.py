@@ -63,12 +63,13 @@ async def completions(request: web.Request) -> web.StreamResponse:
         head = _head(body, "text_completion", s.rid)
         if whole:
             return {**head, "choices": [shapes.completion_choice(s.text(), s.finish)],
-                    "usage": shapes.usage(version, s.prompt, s.generated),
+                    "usage": shapes.usage(version, s.prompt, s.generated, cached=s.cached),
                     "metadata": shapes.metadata(version, s.generated)}  # fmt: skip
         if tail:
-            use = shapes.usage(version, s.prompt, s.generated, final_completions=True)
+            use = shapes.usage(version, s.prompt, s.generated, final_completions=True,
+                               cached=s.cached)  # fmt: skip
             return [shapes.usage_chunk(head, use)] if include_usage else []
-        use = shapes.usage(version, s.prompt, s.generated) if continuous else None
+        use = shapes.usage(version, s.prompt, s.generated, cached=s.cached) if continuous else None
         return [{**head, "choices": [shapes.completion_choice(s.new_text(), s.finish)],
                  "usage": use}]  # fmt: skip
 
@@ -102,7 +103,8 @@ def _chat_render(body: dict[str, Any], version: str, thinking: int) -> Any:
 
     def render(s: State, whole: bool = False, tail: bool = False) -> Any:
         head = _head(body, "chat.completion.chunk", s.rid)
-        use = shapes.usage(version, s.prompt, s.generated, reasoning=min(thinking, s.generated))
+        use = shapes.usage(version, s.prompt, s.generated, reasoning=min(thinking, s.generated),
+                           cached=s.cached)  # fmt: skip
         if whole:
             return {**head, "object": "chat.completion",
                     "choices": [shapes.chat_choice(version, s.text(), s.finish)],

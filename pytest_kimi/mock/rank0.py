@@ -24,10 +24,12 @@ from pytest_kimi.mock.gpuload import BusyWindow, Load, publish, share_of
 from pytest_kimi.mock.http_common import SIDE_KEY
 from pytest_kimi.mock.perfmodel import CostModel, Profile
 from pytest_kimi.mock.prefillside import PrefillSide
+from pytest_kimi.mock.prefixreuse import PrefixReuse
 from pytest_kimi.mock.rendezvous import Rank0, RendezvousError
 from pytest_kimi.mock.scheduler import ReplicaSim
 from pytest_kimi.mock.server import build_app
 from pytest_kimi.mock.startup import load, stalls
+from pytest_kimi.mock.wire.info import max_total_tokens
 from pytest_kimi.workload.sharedclock import SharedClock
 
 log = logging.getLogger("sglang.mock")
@@ -53,6 +55,8 @@ def build_engine(args: MockArgs) -> Engine:
         jitter=profile.jitter,
         spec=args.speculation,
         decode_log_interval=args.decode_log_interval,
+        cache=None if args.disable_radix_cache else PrefixReuse(
+            max_total_tokens(args.wire, args.max_total_tokens), whole_answer=args.wire == "0.5.9"),
     )
     shared = SharedClock(args.mock_clock) if args.mock_clock else None
     return Engine(sim, args.mock_time_scale, shared=shared)

@@ -40,11 +40,18 @@ class State:
 
     def __init__(
         self, progress: Progress, times: Times, words: Words, *, version: str, metrics: bool,
-        before: int | None = None, replica: str | None = None,
+        before: int | None = None, replica: str | None = None, cache_report: bool = False,
     ) -> None:  # fmt: skip
         self.progress, self.times, self.words = progress, times, words
         self.version, self.metrics, self.replica = version, metrics, replica
         self.before = progress.generated - 1 if before is None else before
+        self.cache_report = cache_report
+
+    @property
+    def cached(self) -> int | None:
+        """Prompt tokens found cached, for the OpenAI usage's ``prompt_tokens_details``:
+        only under ``--enable-cache-report`` (None: the usage has no details)."""
+        return self.progress.cached if self.cache_report else None
 
     @property
     def rid(self) -> str:

@@ -5,8 +5,11 @@ whenever pipeline stage 0 is free, and :meth:`ReplicaSim.advance` returns the to
 finished at each event. The same object drives the live mock server (through
 :mod:`pytest_kimi.mock.engine`) and offline simulations in tests, so both agree exactly.
 
-Scheduling rules (SGLang's defaults, radix cache off):
+Scheduling rules (SGLang's defaults):
 * a FIFO waiting queue; at most ``max_running_requests`` requests admitted;
+* with the radix prefix cache (:mod:`pytest_kimi.mock.prefixreuse`; off under
+  ``--disable-radix-cache``) a request admitted starts its prefill after its longest cached
+  prefix, and its chunks and its end put its tokens in the tree;
 * prefill in chunks of at most ``chunk_size`` tokens per batch, one partially-prefilled request
   at a time; a request's last prefill chunk yields its first token;
 * without ``mixed_chunk`` a batch is either prefill or decode, prefill first (SGLang's default);
@@ -36,7 +39,8 @@ import random
 
 from pytest_kimi.mock.perfmodel import CostModel
 from pytest_kimi.mock.pipeline import Batch, OnChunk, Pipeline
-from pytest_kimi.mock.simrequest import SimRequest, TokenEvent
+from pytest_kimi.mock.prefixreuse import PrefixReuse
+from pytest_kimi.mock.simrequest import NO_IDS, SimRequest, TokenEvent, TokenIds
 from pytest_kimi.mock.speculative import A_MIN, Drafts, SpecCounters, Speculation
 
 
@@ -54,18 +58,18 @@ class ReplicaSim:
         jitter: float = 0.0,
         spec: Speculation | None = None,
         decode_log_interval: int = 40,
+        cache: PrefixReuse | None = None,
     ) -> None:
         self.cost, self.chunk_size, self.max_running = cost, chunk_size, max_running
+        self.cache = cache  # the radix prefix cache; None: --disable-radix-cache
         self.mixed_chunk, self.jitter = mixed_chunk and spec is None, jitter
         self.spec, self.decode_log_interval = spec, decode_log_interval
-        self.spec_counters = SpecCounters()
-        self.seed = seed
+        self.spec_counters, self.seed = SpecCounters(), seed
         self.pipeline = Pipeline(cost, seed=seed, jitter=jitter, spec=spec)
-        self.now = 0.0
+        self.now, self.steps = 0.0, 0
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []  # admitted: prefilling or decoding
         self.requests: dict[str, SimRequest] = {}
-        self.steps = 0
         self.busy_s = 0.0  # cluster seconds a stage spent on batches (GPU utilisation)
         self.prebuilt: list[SimRequest] = []  # decode side: KV landed (or landing), in order
         # prefill side: (request, tokens, started, done: cluster times) per prefilled chunk
@@ -74,12 +78,14 @@ class ReplicaSim:
     # -- inputs --------------------------------------------------------------------------
     def add(
         self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float,
-        drafts: Drafts | None = None,
+        drafts: Drafts | None = None, ids: TokenIds = NO_IDS,
     ) -> SimRequest:  # fmt: skip
-        """A request arrives at cluster time ``at`` (not before :attr:`now`). ``drafts``: its
-        acceptance under speculative decoding (from its prompt)."""
+        """A request arrives at cluster time ``at`` (not before :attr:`now`); ``drafts``: its
+        acceptance when speculating, ``ids``: its tokens for the prefix cache (none: no match)."""
         req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
-        req.drafts = self._drafts(rid, drafts)
+        req.drafts = _drafts(self.spec, self.seed, rid, drafts)
+        if len(ids.prompt) == req.prompt_tokens:
+            req.tokens, req.output_ids = ids.prompt, ids.answer
         self.requests[rid] = req
         self.waiting.append(req)
         return req
@@ -88,23 +94,15 @@ class ReplicaSim:
         self, rid: str, prompt_tokens: int, max_new_tokens: int, at: float,
         drafts: Drafts | None = None,
     ) -> SimRequest:  # fmt: skip
-        """Decode side: a request whose KV cache lands at cluster time ``at`` (not before
-        :attr:`now`), its prompt already prefilled elsewhere. Admitted at the first step
-        boundary from then on (FIFO, up to ``max_running``), where its first token comes out."""
+        """Decode side: a request whose KV lands at ``at`` (not before :attr:`now`), prefilled
+        elsewhere; admitted at the next step boundary (FIFO), where its first token comes out."""
         req = SimRequest(rid, max(1, prompt_tokens), max(1, max_new_tokens), max(at, self.now))
         req.prefilled = req.prompt_tokens
-        req.drafts = self._drafts(rid, drafts)
+        req.drafts = _drafts(self.spec, self.seed, rid, drafts)
         self.requests[rid] = req
         self.prebuilt.append(req)
         self.prebuilt.sort(key=lambda r: r.arrival)  # stable: equal landings keep their order
         return req
-
-    def _drafts(self, rid: str, drafts: Drafts | None) -> Drafts | None:
-        """A request's drafting when this server speculates: as given, else the lowest
-        acceptance (a prompt the caller did not show), seeded by the request id."""
-        if self.spec is None:
-            return None
-        return drafts or Drafts(A_MIN, random.Random(f"{self.seed}:{rid}").getrandbits(32))
 
     def abort(self, rid: str) -> None:
         """Drop a request whose client went away (SGLang aborts it too)."""
@@ -119,6 +117,8 @@ class ReplicaSim:
             self.running.remove(req)
         req.finished_at = self.now
         req.max_new_tokens = req.generated
+        if self.cache is not None:
+            self.cache.finished(req)
 
     # -- event loop ------------------------------------------------------------------------
     def next_event_time(self) -> float | None:
@@ -202,6 +202,8 @@ class ReplicaSim:
         if not prefills and not decodes:
             return
         batch = Batch(prefills, decodes, seq=self.steps, started=self.now)
+        if self.cache is not None:
+            self.cache.launching(batch, self.running)
         self.steps += 1
         self.busy_s += self.pipeline.launch(batch, self.now)
 
@@ -220,7 +222,9 @@ class ReplicaSim:
             req = self.waiting.pop(0)
             req.admitted_at = self.now
             self.running.append(req)
-            n = min(budget, req.prompt_tokens)
+            if self.cache is not None:
+                self.cache.admit(req)  # its cached prefix is not prefilled again
+            n = min(budget, req.prompt_tokens - req.prefilled)
             out.append((req, n))
             budget -= n
             chunked = n < req.prompt_tokens
@@ -229,6 +233,8 @@ class ReplicaSim:
     def _complete(self, batch: Batch) -> list[TokenEvent]:
         events = batch.complete(self.on_chunk, self.spec, self.spec_counters,
                                 self.decode_log_interval)  # fmt: skip
+        if self.cache is not None:
+            self.cache.batch_done(batch)
         for req, _ in batch.prefills:
             self._maybe_drop(req)
         for req in batch.decodes:
@@ -238,3 +244,11 @@ class ReplicaSim:
     def _maybe_drop(self, req: SimRequest) -> None:
         if req.finished_at is not None and req in self.running:
             self.running.remove(req)
+
+
+def _drafts(spec: Speculation | None, seed: int, rid: str, drafts: Drafts | None) -> Drafts | None:
+    """A request's drafting when its server speculates: as given, else the lowest acceptance
+    (a prompt the caller did not show), seeded by the request id."""
+    if spec is None:
+        return None
+    return drafts or Drafts(A_MIN, random.Random(f"{seed}:{rid}").getrandbits(32))

@@ -26,6 +26,17 @@ class TokenEvent:
     aborted: bool = False
 
 
+@dataclass(frozen=True)
+class TokenIds:
+    """A request's prompt and answer as token ids, for the prefix cache (empty: unknown)."""
+
+    prompt: tuple[int, ...] = ()
+    answer: tuple[int, ...] = ()
+
+
+NO_IDS = TokenIds()
+
+
 @dataclass
 class SimRequest:
     """Model-side state and ground truth of one request (cluster seconds)."""
@@ -41,6 +52,14 @@ class SimRequest:
     token_times: list[float] = field(default_factory=list)  # one per token
     finished_at: float | None = None
     drafts: Drafts | None = None  # speculative decoding: this request's acceptance and counts
+    # the prefix cache (pytest_kimi.mock.prefixreuse): the prompt's and the answer's token
+    # ids (empty: not known, nothing cached), prompt tokens found cached when admitted, and
+    # the tree node its computed tokens end at while it runs (locked)
+    tokens: tuple[int, ...] = ()
+    output_ids: tuple[int, ...] = ()
+    cached: int = 0
+    cache_node: object | None = None
+    in_tree: int = 0  # of its tokens, how many the tree holds (the rest are its own)
 
     @property
     def first_token_at(self) -> float | None:

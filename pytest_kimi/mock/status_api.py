@@ -96,6 +96,12 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    """SGLang empties its prefix cache, unless requests are running or waiting
+    (``Scheduler.flush_cache``); the answer is the same either way."""
+    engine = request.app[ENGINE_KEY]
+    cache = engine.sim.cache
+    if cache is not None and not engine.running and not engine.queued:
+        cache.flush()
     return bare_response("Cache flushed.\nPlease check backend logs for more details. (When "
                          "there are running or waiting requests, the operation will not be "
                          "performed.)\n")  # fmt: skip

@@ -22,6 +22,8 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<s>", "</s>", "<unk>", "<pad>")
 """Ids 0-3 of the vocabulary; every other id is a plain word."""
 
 _WORDS: tuple[str, ...] | None = None
+_IDS: dict[str, int] | None = None
+UNK_ID = SPECIAL_TOKENS.index("<unk>")
 
 
 def vocabulary() -> list[str]:
@@ -52,3 +54,14 @@ def count_tokens(text: str) -> int:
     whitespace and Rust does not).
     """
     return len(text.split())
+
+
+def token_ids(text: str) -> tuple[int, ...]:
+    """The ids the bundled tokenizer gives ``text`` (a word it lacks is ``<unk>``): what the
+    mock's prefix cache matches, as SGLang's matches the tokenizer's ids."""
+    global _IDS
+    if _IDS is None:
+        offset = len(SPECIAL_TOKENS)
+        _IDS = {word: offset + i for i, word in enumerate(vocabulary())}
+    ids = _IDS
+    return tuple(ids.get(word, UNK_ID) for word in text.split())

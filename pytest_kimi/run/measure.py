@@ -147,7 +147,8 @@ def _work(
 ) -> tuple[list[RequestSpec], list[RequestSpec] | list[Session]]:
     """The warm-up requests and the measured requests or sessions. A session workload's
     warm-up is the first turns of its first ``warmup_requests`` sessions, a trace's its
-    first requests, sent alone; a trace's arrivals (cluster seconds) on the client's clock."""
+    first requests, sent alone; a trace's arrivals, or an arrival list's, (cluster seconds)
+    on the client's clock."""
     from pytest_kimi.workload.client import RequestSpec
     from pytest_kimi.workload.sessions import words
 
@@ -156,13 +157,19 @@ def _work(
         warm = [replace(r, offset_s=None) for r in loaded.requests[:n]]
         return warm, [replace(r, offset_s=(r.offset_s or 0.0) / time_scale)
                       for r in loaded.requests[n:]]  # fmt: skip
+    due = [t / time_scale for t in loaded.arrivals_s[n:]] or None  # an arrival list's
     if not wl.sessions:
         prompts = [RequestSpec(p.id, p.text, wl.input_len, p.category) for p in loaded.prompts]
-        return prompts[:n], prompts[n:]
+        timed = [replace(r, offset_s=t) for r, t in zip(prompts[n:], due, strict=True)] if (
+            due) else prompts[n:]  # fmt: skip
+        return prompts[:n], timed
     warm = [options.render(s.messages(0, [])) for s in loaded.sessions[:n]]
     warmup = [RequestSpec(f"{s.id}/warmup", text, words(text), s.category)
               for s, text in zip(loaded.sessions[:n], warm, strict=True)]  # fmt: skip
-    return warmup, list(loaded.sessions[n:])
+    sessions = list(loaded.sessions[n:])
+    if due:  # each session starts at its instant
+        sessions = [replace(s, start_s=t) for s, t in zip(sessions, due, strict=True)]
+    return warmup, sessions
 
 
 def _client_options(

@@ -137,3 +137,24 @@ def _stop(proc: subprocess.Popen, timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def shipped_mission(work: Path, *args: str, time_scale: int = 200) -> Path:
+    """The user's benchmark file on the shipped ``clusters/local.yaml`` played at
+    ``time_scale`` (5x the shipped 40: on the mock's one clock, cluster time does not depend
+    on it), with ``args`` (``--layout=...``, ``--kimi-workload=...``), in ``work``; every test
+    must pass. The run folder."""
+    root = Path(__file__).parents[2]
+    (work / "test_speedbench.py").write_text((root / "tests/perf/test_speedbench.py").read_text())
+    shipped = (root / "clusters" / "local.yaml").read_text()
+    assert "\n  time_scale: 40 " in shipped
+    (work / "local.yaml").write_text(
+        shipped.replace("\n  time_scale: 40 ", f"\n  time_scale: {time_scale} "))
+    done = subprocess.run(
+        [*pytest_argv(), "--cluster=local.yaml", *args, "--kimi-report-dir=out",
+         "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
+        cwd=work, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    [run] = list((work / "out").iterdir())
+    return run

@@ -97,6 +97,9 @@ class Workload:
     # a replayed trace's requests, each with its answer length and arrival (trace.load_trace)
     requests: tuple[RequestSpec, ...] = ()
     trace_speed: float | None = None
+    # a recorded arrival list's offsets (seconds after the first, sped up) for the prompts or
+    # sessions, in order, warm-up ones first (trace.read_arrivals); empty: none
+    arrivals_s: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         """Number of selected prompts (the number of requests), of sessions, or of a trace's
@@ -120,6 +123,8 @@ class Workload:
                 "turns": sum(len(s.turns) for s in self.sessions)} if self.sessions else {}),
             **({"trace_requests": len(self.requests), "trace_speed": self.trace_speed}
                if self.requests else {}),
+            **({"arrivals": len(self.arrivals_s), "trace_speed": self.trace_speed}
+               if self.arrivals_s else {}),
         }  # fmt: skip
 
 

@@ -56,12 +56,14 @@ class Burst:
     engine and let go of the only hold: the clock ran (a millisecond is 0.2 cluster seconds
     at 1:200) and the burst went out spread over cluster time. So the run holds the clock
     itself until every request of that instant has asked for a slot (and so holds the clock,
-    or waits for a slot handed over with a hold). Later instants are kept by the clock's
-    bound at each (``RunClock.sleep_until``). On wall time nothing stands still: no-op."""
+    or waits for a slot handed over with a hold). A run's later instants are kept by the
+    clock's bound at each (``RunClock.sleep_until``); sessions' by the hold their pause ends
+    with, which a ``Burst`` then keeps. On wall time nothing stands still: no-op."""
 
-    def __init__(self, clock: RunClock, slots: Slots) -> None:
+    def __init__(self, clock: RunClock, slots: Slots, *, held: bool = False) -> None:
+        """``held``: the clock is held for this instant already (a pause's end holds it)."""
         self.clock, self.slots, self.held = clock, slots, clock.in_order
-        if self.held:
+        if self.held and not held:
             clock.hold()
 
     async def end(self, requests: int) -> None:

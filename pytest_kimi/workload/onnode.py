@@ -54,8 +54,8 @@ def read_spec(
     options = ClientOptions(**fields)
     measured: list[RequestSpec] | list[Session] = [RequestSpec(*r) for r in data["requests"]]
     if data.get("sessions"):
-        measured = [Session(i, tuple(turns), system, category)
-                    for i, turns, system, category in data["sessions"]]  # fmt: skip
+        measured = [Session(i, tuple(turns), system, category, start)
+                    for i, turns, system, category, start in data["sessions"]]  # fmt: skip
     warmup = [RequestSpec(*r) for r in data["warmup"]]
     return data["endpoint"], options, measured, warmup
 
@@ -71,7 +71,7 @@ def spec_json(
 
     rows = [[r.prompt_id, r.text, r.nominal_tokens, r.category, r.output_len, r.offset_s]
             for r in requests if isinstance(r, RequestSpec)]  # fmt: skip
-    sessions = [[s.id, list(s.turns), s.system, s.category]
+    sessions = [[s.id, list(s.turns), s.system, s.category, s.start_s]
                 for s in requests if isinstance(s, Session)]  # fmt: skip
     warm = [[r.prompt_id, r.text, r.nominal_tokens, r.category, r.output_len, r.offset_s]
             for r in warmup]  # fmt: skip

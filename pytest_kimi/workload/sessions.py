@@ -32,6 +32,7 @@ class Session:
     turns: tuple[str, ...]
     system: str = ""
     category: str = UNCATEGORIZED
+    start_s: float | None = None  # an arrival list's: when it starts, after the first's
 
     def messages(self, turn: int, answers: Sequence[str]) -> list[Message]:
         """The chat messages of the session's request ``turn`` (0-based): the system prompt,

@@ -42,24 +42,22 @@ async def send_sessions(
 ) -> None:
     """Every session's turns; ``records`` gets each turn's record, in index order: session
     by session, turn by turn (a session that ended early leaves its later indexes unused)."""
-    run = _SessionRun(http, url, options, hooks, clock)
-    gaps = arrival_gaps(len(sessions), options.request_rate, options.seed)
-    starts = list(itertools.accumulate(gaps, initial=0.0))
+    timed = bool(sessions) and all(s.start_s is not None for s in sessions)  # an arrival list
+    run = _SessionRun(http, url, options, hooks, clock, timed)
+    starts = _starts(sessions, options) if not timed else [
+        (s.start_s or 0.0) - (sessions[0].start_s or 0.0) for s in sessions]  # fmt: skip
     first = list(itertools.accumulate((len(s.turns) for s in sessions), initial=0))
     tasks: list[asyncio.Task[list[RequestRecord]]] = []
-    burst = Burst(clock, run.slots)  # the first instant's sessions: at one cluster instant
-    held = False  # the clock, by the pause before this session's start
+    burst = Burst(clock, run.slots)  # each instant's sessions: at one cluster instant
     try:
         for i, session in enumerate(sessions):
             tasks.append(asyncio.create_task(run.session(session, first[i], starts[i])))
             await asyncio.sleep(0)  # it starts, and holds the clock if it may be sent now
-            if held:  # ...so the pause's hold may go (a session waiting for a slot holds none)
-                clock.release()
-                held = False
-            if gaps[i] > 0 and run.origin:  # the next session's start
+            later = i + 1 < len(sessions) and starts[i + 1] > starts[i]
+            if later and run.origin:  # the next session's start
                 await burst.end(len(tasks))
                 await run.pauses.add(run.origin[0] + starts[i + 1])
-                held = True
+                burst = Burst(clock, run.slots, held=True)  # the pause's hold, for them
         await burst.end(len(tasks))
         for done in await asyncio.gather(*tasks):
             records.extend(done)
@@ -71,18 +69,27 @@ async def send_sessions(
         await run.pauses.close()
 
 
+def _starts(sessions: Sequence[Session], options: ClientOptions) -> list[float]:
+    """Each session's start after the first's: request_rate's seeded Poisson arrivals (all
+    0 for inf: a closed loop)."""
+    gaps = arrival_gaps(len(sessions), options.request_rate, options.seed)
+    return list(itertools.accumulate(gaps, initial=0.0))[: len(sessions)]
+
+
 class _SessionRun:
     """What every session of one run shares: the connection, its slots, its pauses."""
 
     def __init__(
         self, http: httpx.AsyncClient, url: str, options: ClientOptions, hooks: Hooks,
-        clock: RunClock,
+        clock: RunClock, timed: bool = False,
     ) -> None:  # fmt: skip
+        """``timed``: the sessions start at their own instants (an arrival list), an open
+        loop as request_rate's Poisson starts are."""
         self.http, self.url, self.options, self.hooks, self.clock = http, url, options, hooks, clock
         self.slots = Slots(options.concurrency, clock)
         self.pauses = Pauses(clock)
         self.origin: list[float] = []  # the schedule's origin: the first session's turn
-        self.open_loop = options.request_rate != float("inf")
+        self.open_loop = timed or options.request_rate != float("inf")
         self.in_order = asyncio.Lock() if clock.in_order else None
 
     async def session(self, session: Session, first: int, start: float) -> list[RequestRecord]:

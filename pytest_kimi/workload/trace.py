@@ -136,3 +136,30 @@ def load_trace(path: Path, *, count: int, speed: float = 1.0) -> Workload:
         category=None, seed=0, files=(DataFile(Path(path), file_sha),),
         requests=tuple(requests), trace_speed=speed,
     )  # fmt: skip
+
+
+def read_arrivals(path: Path, *, count: int, speed: float = 1.0) -> tuple[float, ...]:
+    """A recorded arrival list: the first ``count`` rows' ``timestamp`` (ms) as seconds after
+    the first row's, divided by ``speed``. Any JSONL with a ``timestamp`` per row will do (a
+    Mooncake trace's rows, their other fields unread), so a SPEED-Bench or ShareGPT set can be
+    sent on a production trace's schedule."""
+    if not speed > 0:
+        raise ValueError(f"arrival speed must be > 0, got {speed!r}")
+    stamps: list[float] = []
+    for number, line in enumerate(text_lines(path), start=1):
+        if len(stamps) == count:
+            break
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        stamp = json_object(where, line).get("timestamp")
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or stamp < 0:
+            raise fail(where, f"expected milliseconds >= 0, got {stamp!r}", "timestamp")
+        if stamps and stamp < stamps[-1]:
+            raise fail(where, f"timestamp {stamp:g} before the previous row's {stamps[-1]:g}",
+                       "timestamp")  # fmt: skip
+        stamps.append(float(stamp))
+    if len(stamps) < count:
+        raise DatasetError(f"{path}: has {len(stamps)} arrivals, {count} asked for "
+                           "(num_requests plus warmup_requests)")  # fmt: skip
+    return tuple((t - stamps[0]) / 1000.0 / speed for t in stamps)

@@ -113,6 +113,9 @@ def test_metrics_use_sglang_names(mock_server):
         "sglang:num_requests_total": 3,
         "sglang:prompt_tokens_total": 9,
         "sglang:generation_tokens_total": 6,
+        # SGLang's radix cache is on by default: the second and third "a b c" find "a b"
+        # cached (never the prompt's last token)
+        "sglang:cached_tokens_total": 4,
     }
 
 

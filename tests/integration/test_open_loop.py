@@ -160,3 +160,25 @@ def test_a_mission_replays_a_trace_workload_at_its_speed(small_mission, pytester
     assert "Dispatch delay p99" in (run / "comparison.md").read_text()
     manifest = json.loads((run / "wide" / "manifest.json").read_text())
     assert manifest["workload"]["kind"] == "trace" and manifest["workload"]["trace_speed"] == 2
+
+
+def test_a_speedbench_set_replays_a_recorded_arrival_list(small_mission, pytester):
+    """``arrivals:`` on a named workload of SPEED-Bench prompts: a Mooncake trace's
+    timestamps (its other fields unread) time the prompts, open loop, at
+    ``--kimi-trace-speed`` over the workload's own speed; the manifest names the list."""
+    stamps = [0, 2000, 2000, 5000, 9000, 9500]  # ms; the first row is the warm-up's
+    rows = [{"timestamp": t, "input_length": 99, "output_length": 1, "hash_ids": [1]}
+            for t in stamps]  # fmt: skip
+    (pytester.path / "arrivals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    timed = "workloads:\n  timed: {num_requests: 5, arrivals: arrivals.jsonl, trace_speed: 4}\n"
+    run = small_mission("--kimi-workload=timed", "--kimi-trace-speed=2", extra=timed)
+    records = [json.loads(x) for x in (run / "wide" / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if not r["warmup"]]
+    assert [r["prompt_tokens"] > 16000 for r in measured] == [True] * 5  # SPEED-Bench's
+    scale = 400  # small_cluster.yaml's time scale: cluster seconds per clock second
+    due = [(r["intended_time"] - measured[0]["intended_time"]) * scale for r in measured]
+    assert due == pytest.approx([(t - 2000) / 1000 / 2 for t in stamps[1:]], abs=1e-6)
+    manifest = json.loads((run / "wide" / "manifest.json").read_text())
+    dataset = manifest["workload"]["dataset"]
+    assert (dataset["arrivals"], dataset["trace_speed"]) == (6, 2)
+    assert any(f["path"].endswith("arrivals.jsonl") for f in dataset["files"]), dataset["files"]

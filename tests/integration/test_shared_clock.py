@@ -186,3 +186,28 @@ def test_a_sessions_next_turn_arrives_its_think_time_after_the_answer_in_cluster
     # the third session started when the first of the others ended its last turn
     ends = sorted(model[(s.id, 2)]["finished"] for s in sessions[:2])
     assert model[("s2", 0)]["arrival"] == pytest.approx(ends[0], abs=1e-6)
+
+
+def test_sessions_with_an_arrival_list_start_at_their_instants(spawn, tmp_path):
+    """Sessions timed by an arrival list (``Session.start_s``: ``arrivals:`` in the cluster
+    file) start open loop at their own instants in cluster time, however slow the client,
+    not in a closed loop: the third starts on time though the first two are still running."""
+    from dataclasses import replace
+
+    clock = SharedClock.create(tmp_path / "clock", SCALE)
+    url = _serve(spawn, tmp_path / "clock")
+    starts = [0.0, 3.0, 3.0, 10.0]  # cluster seconds
+    sessions = [replace(Session(f"s{i}", (PROMPT, "bago bago")), start_s=t / SCALE)
+                for i, t in enumerate(starts)]  # fmt: skip
+    options = ClientOptions(api="chat", output_len=8, concurrency=4,
+                            think_time=ThinkTime(1.0 / SCALE))  # fmt: skip
+    records = asyncio.run(run_requests(url, sessions, options, on_done=_slow_client,
+                                       clock=clock))  # fmt: skip
+    assert len(records) == 8 and all(r.success for r in records), [r.error for r in records]
+    truth = {t["rid"]: t for t in httpx.get(url + "/kimi/ground_truth").json()["requests"]}
+    first = {r.session_id: truth[r.request_id.removeprefix("chatcmpl-")]["arrival"]
+             for r in records if r.turn == 0}  # fmt: skip
+    origin = first["s0"]
+    assert [first[s.id] - origin for s in sessions] == pytest.approx(starts, abs=1e-6)
+    assert clock.stats().stalls == 0
+    clock.close()

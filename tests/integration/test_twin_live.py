@@ -17,7 +17,7 @@ import pytest
 from pytest_kimi.config import load_cluster
 from pytest_kimi.mock import mission
 from pytest_kimi.mock.calibrate import CELLS  # the seed table's twelve cells
-from pytest_kimi.testing.processes import pytest_argv
+from pytest_kimi.testing.processes import shipped_mission
 
 pytest_plugins = ["pytester"]
 
@@ -31,22 +31,8 @@ def mission_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run of the mission's command on the mock, with tp32-cp4k; its run folder. It plays
     the cluster at 5x the shipped time scale: on one clock, cluster time (all the twin knows)
     does not depend on how fast the wall clock plays it."""
-    import subprocess
-
     work = tmp_path_factory.mktemp("twin-live")
-    (work / "test_speedbench.py").write_text((ROOT / "tests/perf/test_speedbench.py").read_text())
-    shipped = LOCAL.read_text()
-    assert "\n  time_scale: 40 " in shipped
-    (work / "local.yaml").write_text(shipped.replace("\n  time_scale: 40 ", "\n  time_scale: 200 "))
-    done = subprocess.run(
-        [*pytest_argv(), "--cluster=local.yaml",
-         "--layout=tp32,pp8,tp32-cp4k,pd-pp8-tp32,tp32-eagle",
-         "--kimi-report-dir=out", "-p", "no:cacheprovider", "-q", "test_speedbench.py"],
-        cwd=work, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    [run] = list((work / "out").iterdir())
-    return run
+    return shipped_mission(work, "--layout=tp32,pp8,tp32-cp4k,pd-pp8-tp32,tp32-eagle")
 
 
 @pytest.mark.parametrize("layout", ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle"])

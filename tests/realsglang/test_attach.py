@@ -227,3 +227,59 @@ def _attach_to(url: str, out: Path, *args: str):
     done = run_child(argv, cwd=ROOT, timeout_s=600)
     runs = [p for p in out.iterdir() if p.is_dir()]
     return done, runs[0] if runs else None
+
+
+def test_the_mock_finds_in_its_prefix_cache_what_real_sglang_finds(real_deployment, tmp_path):
+    """One conversation sent turn by turn, each turn with the answer the server gave, to a
+    real server (its cache flushed first) and to a mock of the same version: every turn
+    reports the same cached prompt tokens (0.5.9 keeps an answer's last token in its tree,
+    0.5.23 does not), the same ``cached_tokens_details``, and the same growth of
+    ``sglang:cached_tokens_total``."""
+    from pytest_kimi.deploy.ports import free_port
+    from pytest_kimi.testing.processes import Proc, mock_argv
+
+    real = real_deployment.servers[0].url
+    port = free_port()
+    mock = Proc(mock_argv(port, "--tp-size", "1", "--mock-time-scale", "1000", "--enable-metrics",
+                          "--mock-sglang-version", real_deployment.version,
+                          "--max-total-tokens", "32768"), tmp_path / "mock.log")  # fmt: skip
+    try:
+        mock.wait_http(f"http://127.0.0.1:{port}/health")
+        seen = {url: _conversation(url) for url in (real, f"http://127.0.0.1:{port}")}
+    finally:
+        mock.stop()
+    [(real_turns, real_grew), (mock_turns, mock_grew)] = seen.values()
+    kept = 1 if real_deployment.version == "0.5.9" else 0  # the answer's last token
+    assert [t[0] for t in real_turns] == [0, 250 + 7 + kept, 300 + 7 + kept]
+    assert mock_turns == real_turns and mock_grew == real_grew == sum(t[0] for t in real_turns)
+
+
+def _conversation(url: str) -> tuple[list[tuple[int, object]], float]:
+    """Three turns of one conversation on ``url`` (250, 300 and 352 prompt tokens, 8-token
+    answers): each turn's (cached tokens, details), and how much the server's cached-token
+    counter grew (read until it has counted every turn: SGLang counts a request as its last
+    output leaves, and its metrics files may trail the answer)."""
+    import time
+
+    import httpx
+
+    from pytest_kimi.results.replicacounters import CACHED_TOKENS, server_totals
+
+    def counted() -> float:
+        return server_totals(httpx.get(url + "/metrics", timeout=30).text).get(CACHED_TOKENS, 0.0)
+
+    httpx.post(url + "/flush_cache", timeout=30)
+    before, turns = counted(), []
+    convo = " ".join(["bago", "bala", "bagu"] * 70)
+    for k in range(3):
+        convo += " " + " ".join(["bala", "bagu"] * (20 + k))
+        body = {"text": convo, "sampling_params": {"max_new_tokens": 8, "temperature": 0,
+                                                    "ignore_eos": True}}  # fmt: skip
+        answer = httpx.post(url + "/generate", json=body, timeout=300).json()
+        meta = answer["meta_info"]
+        turns.append((meta["cached_tokens"], meta.get("cached_tokens_details")))
+        convo += " " + answer["text"].strip()
+    expected, deadline = sum(t[0] for t in turns), time.monotonic() + 30
+    while (grew := counted() - before) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)  # polled until counted: the assertion compares what it reached
+    return turns, grew

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from clusterfile import (
 )
 
 from pytest_kimi.config import ClusterConfig, ConfigError, Layout, load_cluster
+from pytest_kimi.config.inputs import UsageProblem, default_layouts
 from pytest_kimi.config.yamlfile import Located, read_yaml
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "clusters"
@@ -73,7 +75,16 @@ def test_local_yaml_loads() -> None:
     assert [n.name for n in cfg.nodes] == [f"node60{i}" for i in range(1, 9)]
     assert all(n.host == "127.0.0.1" and n.gpus == 8 for n in cfg.nodes)
     assert (cfg.replicas, cfg.nodes_per_replica) == (2, 4)
-    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle"]
+    assert list(cfg.layouts) == ["tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle",
+                                 "tp32-rr", "tp32-cache-aware"]  # fmt: skip
+    rr, aware = cfg.layout("tp32-rr"), cfg.layout("tp32-cache-aware")
+    assert cfg.server_args(rr) == cfg.server_args(aware)  # the same servers ...
+    assert "disable-radix-cache" not in cfg.server_args(rr)  # with SGLang's prefix cache
+    assert cfg.server_args(rr)["max-total-tokens"] == 262144
+    assert "disable-radix-cache" in cfg.server_args(cfg.layout("tp32"))
+    assert (cfg.router_policy(rr), cfg.router_policy(aware)) == ("round_robin", "cache_aware")
+    assert not rr.default and not aware.default  # run when named: --layout=tp32-rr,...
+    assert default_layouts(cfg) == ("tp32", "pp8", "tp32-cp4k", "pd-pp8-tp32", "tp32-eagle")
     eagle = cfg.server_args(cfg.layout("tp32-eagle"))
     assert (eagle["speculative-algorithm"], eagle["speculative-num-steps"]) == ("EAGLE3", 3)
     prefill, decode = cfg.layout("pd-pp8-tp32").sides
@@ -752,3 +763,10 @@ def test_speculative_decoding_with_pipeline_parallelism_is_refused_where_it_is_s
     both = text.replace(pp2, "  pp2: {tp: 8, pp: 2, ep: 8, args: {speculative-algorithm: null}}")
     cfg = load_cluster(write(tmp_path, both))
     assert cfg.server_args(cfg.layout("tp16"))["speculative-algorithm"] == "EAGLE"
+
+
+def test_a_cluster_whose_layouts_all_run_only_when_named_asks_for_layout() -> None:
+    cfg = load_cluster(CLUSTERS / "local.yaml")
+    quiet = {n: replace(lay, default=False) for n, lay in cfg.layouts.items()}
+    with pytest.raises(UsageProblem, match="every layout is default: false: name the ones"):
+        default_layouts(replace(cfg, layouts=quiet))

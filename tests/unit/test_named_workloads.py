@@ -116,3 +116,28 @@ def test_sessions_are_sent_in_the_chat_template_on_generate(tmp_path: Path) -> N
     assert chats.construction.applied == "chat_template"
     text = chats.chat_template.render(chats.sessions[0].messages(1, ["hello"]))
     assert text.index("hi ") < text.index("hello") < text.index("bye")
+
+
+def test_an_arrival_list_times_the_sessions_of_a_named_workload(tmp_path: Path) -> None:
+    """``arrivals:`` beside the cluster file: each session starts at its row's timestamp
+    after the first's (ms), divided by ``trace_speed``, and the list is one of the files."""
+    (tmp_path / "arrivals.jsonl").write_text(
+        "".join(json.dumps({"timestamp": t}) + "\n" for t in (500, 1500, 4500, 9999)))
+    timed = NAMED.replace("    kind: agentic\n", "    kind: agentic\n    arrivals: arrivals.jsonl\n"
+                          "    trace_speed: 2\n", 1)  # fmt: skip
+    path = cluster_file(tmp_path, timed)
+    assert load_cluster(path).named_workload("agentic").arrivals == tmp_path / "arrivals.jsonl"
+    inputs = load_inputs(options(path, workload="agentic"))
+    assert inputs.workload is not None
+    assert inputs.workload.arrivals_s == (0.0, 0.5, 2.0)  # three sessions, the fourth unread
+    assert inputs.workload.files[-1].path == tmp_path / "arrivals.jsonl"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("{kind: trace, arrivals: a.jsonl}", "a trace brings its own timestamps"),
+    ("{arrivals: a.jsonl, request_rate: 5}", "leave request_rate at inf"),
+])  # fmt: skip
+def test_an_arrival_list_is_refused_where_it_cannot_time_the_workload(tmp_path, entry, problem):
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(cluster_file(tmp_path, f"workloads:\n  w: {entry}\n"))
+    assert "workloads.w.arrivals" in str(caught.value) and problem in str(caught.value)

@@ -10,7 +10,13 @@ import pytest
 
 from pytest_kimi.workload.rows import DatasetError
 from pytest_kimi.workload.specs import ClientOptions, due_offsets
-from pytest_kimi.workload.trace import BLOCK_TOKENS, load_trace, read_trace, trace_requests
+from pytest_kimi.workload.trace import (
+    BLOCK_TOKENS,
+    load_trace,
+    read_arrivals,
+    read_trace,
+    trace_requests,
+)
 
 ROWS = [
     {"timestamp": 1000, "input_length": 1200, "output_length": 16, "hash_ids": [1, 2, 3]},
@@ -85,3 +91,18 @@ def test_a_schedule_is_a_traces_offsets_or_the_rates_never_both():
     with pytest.raises(ValueError, match="all keep their arrival offsets, or none does"):
         due_offsets(mixed, ClientOptions())
     assert due_offsets([RequestSpec("a", "x", 1)], ClientOptions()) is None  # closed loop
+
+
+def test_an_arrival_list_is_any_jsonl_with_timestamps(tmp_path: Path):
+    """A Mooncake trace's rows time a SPEED-Bench or ShareGPT set: only ``timestamp`` is
+    read, the first ``count`` rows, from the first one, divided by the speed."""
+    path = _trace(tmp_path, ROWS)
+    assert read_arrivals(path, count=3, speed=2) == (0.0, 0.25, 0.25)
+    with pytest.raises(DatasetError, match="has 4 arrivals, 5 asked for"):
+        read_arrivals(path, count=5)
+    bad = _trace(tmp_path, [{"timestamp": 10}, {"timestamp": 5}])
+    with pytest.raises(DatasetError, match=r"trace.jsonl:2.*timestamp.*before the previous"):
+        read_arrivals(bad, count=2)
+    missing = _trace(tmp_path, [{"time": 10}])
+    with pytest.raises(DatasetError, match=r"trace.jsonl:1.*timestamp.*expected milliseconds"):
+        read_arrivals(missing, count=1)

@@ -60,6 +60,7 @@ class Progress:
     stream: bool = False
     first_chunk: bool = False
     spec: dict[str, Any] = field(default_factory=dict)
+    cached: int = 0  # prompt tokens its replica's prefix cache held (0 before admission)
 
     def finish_reason(self) -> dict[str, Any] | None:
         if self.finish == "abort":
@@ -67,6 +68,17 @@ class Progress:
         if self.finish is not None:
             return {"type": "length", "length": self.generated}
         return None
+
+
+def cached_details(version: str, cached: int) -> dict[str, int] | None:
+    """``meta_info.cached_tokens_details``: 0.5.23 gives where the cached prompt tokens came
+    from once there are any (``OutputStreamer.get_cached_tokens_details``: all from the
+    device without a host cache); 0.5.9 only under HiCache, which the mock does not model.
+    Also what ``sglang:cached_tokens_total`` is labelled by: ``cache_source="device"`` from
+    the details, else ``"total"``."""
+    if version == "0.5.9" or cached <= 0:
+        return None
+    return {"device": cached, "host": 0}
 
 
 def meta_info(version: str, p: Progress, t: Times, metrics: bool) -> dict[str, Any]:
@@ -102,7 +114,7 @@ def _meta_0_5_9(p: Progress, t: Times, metrics: bool) -> dict[str, Any]:
         if t.first_token is not None:
             m["prefill_launch_latency"] = t.first_token - t.admitted
             m["prefill_finished_ts"] = t.first_token
-    m.update(completion_tokens=p.generated, cached_tokens=0, cached_tokens_details=None)
+    m.update(completion_tokens=p.generated, cached_tokens=p.cached, cached_tokens_details=None)
     if p.finish is None:
         if p.stream and p.first_chunk:
             m["response_sent_to_client_ts"] = t.sent
@@ -135,10 +147,10 @@ def _meta_0_5_23(p: Progress, t: Times, metrics: bool) -> dict[str, Any]:
         if t.first_token is not None:
             m["prefill_finished_time"] = t.first_token
         m["queue_time"] = t.admitted - t.dispatched
-    m.update(reasoning_tokens=0, completion_tokens=p.generated, cached_tokens=0)
+    m.update(reasoning_tokens=0, completion_tokens=p.generated, cached_tokens=p.cached)
     if p.finish is not None:
         m["weight_versions"] = [{"version": "default", "start": 0, "end": p.generated}]
-    m.update(cached_tokens_details=None, dp_rank=None)
+    m.update(cached_tokens_details=cached_details("0.5.23", p.cached), dp_rank=None)
     if p.finish is None:
         if p.stream and p.first_chunk:
             m["response_sent_to_client_ts"] = t.sent

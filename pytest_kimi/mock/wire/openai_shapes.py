@@ -19,19 +19,24 @@ def _new(version: str) -> bool:
 
 
 def usage(
-    version: str, prompt: int, completion: int, final_completions: bool = False, reasoning: int = 0
-) -> dict:
+    version: str, prompt: int, completion: int, final_completions: bool = False, reasoning: int = 0,
+    cached: int | None = None,
+) -> dict:  # fmt: skip
     """``UsageInfo``; ``final_completions``: the usage-only last chunk of a completions stream,
     dumped without its unset detail fields. ``reasoning``: thinking tokens so far, which
     0.5.23 counts (the scheduler's ``reasoning_tokens``, also as OpenAI's
     ``completion_tokens_details``, set only when there are some: ``usage_processor.py``) and
-    0.5.9 reports as 0 (from each version's source: a reasoning parser needs a real model)."""
+    0.5.9 reports as 0 (from each version's source: a reasoning parser needs a real model).
+    ``cached``: prompt tokens found cached, under ``--enable-cache-report`` only (both
+    versions: ``{"cached_tokens": n}``, also 0; ``usage_processor.py``)."""
     counted = reasoning if _new(version) else 0
     out: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                            "completion_tokens": completion}  # fmt: skip
+    details = None if cached is None else {"cached_tokens": cached}
     if final_completions:
-        return {**out, "reasoning_tokens": counted}
-    out.update(prompt_tokens_details=None, reasoning_tokens=counted)
+        extra = {} if details is None else {"prompt_tokens_details": details}
+        return {**out, **extra, "reasoning_tokens": counted}
+    out.update(prompt_tokens_details=details, reasoning_tokens=counted)
     if _new(version):
         out["completion_tokens_details"] = {"reasoning_tokens": counted} if counted else None
     return out
