@@ -19,7 +19,7 @@ from pytest_kimi.mock.kvlink import Link, Span, kv_bytes, side_bandwidth
 from pytest_kimi.mock.perfmodel import Profile
 from pytest_kimi.mock.simrequest import SimRequest
 from pytest_kimi.mock.stagelatency import StageLatencies
-from pytest_kimi.workload.sharedclock import HOLD_STALL_S, INF
+from pytest_kimi.workload.sharedclock import INF, hold_stall_s
 
 
 def _observe_chunks(stages: StageLatencies, mark: float, chunks: list[tuple[float, float]],
@@ -96,7 +96,7 @@ class PrefillSide:
         at = self._arrive()
         if self.queue_stages:
             self.stages.observe("prefill_prepare", 0.0)
-        room = _PrefillRoom(rid, prompt, at, time.monotonic() + HOLD_STALL_S)
+        room = _PrefillRoom(rid, prompt, at, time.monotonic() + hold_stall_s())
         self.rooms[boot.room], self.by_rid[rid] = room, boot.room
         stream = self.engine.expect(rid, prompt, 1)
         if boot.room in self.early:

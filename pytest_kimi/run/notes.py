@@ -79,8 +79,8 @@ def clock_notes(before: Stats, after: Stats, time_scale: float) -> list[str]:
 
         notes.append(
             f"one clock: {after.stalls - before.stalls} hold(s) nobody let go were dropped "
-            f"after {HOLD_STALL_S:g} s of wall time each (a request lost on its way, or a "
-            "process that died): the figures around them may be off"
+            f"after {HOLD_STALL_S:g} s (more on a loaded machine) of wall time each (a request "
+            "lost on its way, or a process that died): the figures around them may be off"
         )
     return notes
 

@@ -174,8 +174,10 @@ def test_an_agentic_workload_hits_the_servers_prefix_cache_as_their_counters_say
     assert servers == cached
     assert f"the replicas' cache counters agree with the responses' cached_tokens " \
            f"({cached} tokens)" in summary["notes"]
-    assert sorted(summary["by_turn"]) == ["0", "1", "2"]
-    assert summary["by_turn"]["2"]["cache_hit_rate"] > summary["by_turn"]["0"]["cache_hit_rate"]
+    by_turn = summary["by_turn"]
+    assert sorted(by_turn) == ["0", "1", "2"]  # each turn's share (round robin moves a
+    # session between the servers, so how much each turn finds cached is the routing's)
+    assert sum(by_turn[k]["cached_tokens_total"] for k in by_turn) == cached
 
 
 def test_a_trace_replays_on_its_schedule_and_real_sglang_caches_its_shared_blocks(
