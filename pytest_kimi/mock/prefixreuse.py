@@ -28,12 +28,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class PrefillLog:
-    """The last prefill batch's tokens, as SGLang's scheduler logs them, and the run's."""
+    """The last prefill batch's tokens, as SGLang's scheduler logs them."""
 
     computed: int = 0  # the last batch's prompt tokens prefilled
     hit: int = 0  # the last batch's prompt tokens found cached (its new requests')
-    hit_total: int = 0
-    computed_total: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -86,11 +84,8 @@ class PrefixReuse:
         its first chunk)."""
         if not chunks:
             return
-        computed = sum(n for _, n in chunks)
-        hit = sum(r.cached for r, n in chunks if r.prefilled == r.cached)
-        self.log.computed, self.log.hit = computed, hit
-        self.log.computed_total += computed
-        self.log.hit_total += hit
+        self.log.computed = sum(n for _, n in chunks)
+        self.log.hit = sum(r.cached for r, _ in chunks if r.prefilled == r.cached)
 
     def chunk_done(self, req: SimRequest) -> None:
         """Its computed prompt goes into the tree so that others can match it
@@ -107,10 +102,9 @@ class PrefixReuse:
         done = min(req.prefilled, req.prompt_tokens)
         kept = req.generated if self.whole_answer else max(0, req.generated - 1)
         answer = req.output_ids[:kept] if done == req.prompt_tokens else ()
-        end = self.tree.insert(req.tokens[:done] + answer)
+        self.tree.insert(req.tokens[:done] + answer)  # unlocked: evictable from now on
         self.tree.unlock(node)
         req.cache_node, req.in_tree = None, 0
-        del end  # inserted unlocked: evictable from now on
 
     def flush(self) -> None:
         """Empty the tree (``/flush_cache`` on an idle server)."""

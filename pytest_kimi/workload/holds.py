@@ -48,7 +48,7 @@ class Holds:
 
 
 class Burst:
-    """The clock held while a run lets go of the requests (or sessions) of its first instant.
+    """The clock held while a run lets go of the requests (or sessions) of one instant.
 
     Each request holds the clock from its slot until an engine takes it in, but the run
     starts them one task at a time. On a busy machine the client can be switched out
