@@ -170,7 +170,7 @@ def test_a_busy_client_loop_does_not_move_the_times_it_records(spawn):
     back = np.array([[s.back_first, s.back_end] for s in splits])
     assert back.min() >= -CAUSALITY_SLACK_MS
     # a read-time stamp would be up to 8 ms late on most requests (the loop is blocked 8 ms
-    # of every 10); a rare request may be late from the server's side alone, preempted between
-    # stamping an event and sending it (148 ms once, at a load of 14 on 2 cores)
+    # of every 10); some may be late from the server's side alone, preempted between stamping
+    # an event and sending it (148 ms once, 5 of 16 requests once, on a loaded 2-core machine)
     late = (back >= 1.0).any(axis=1)
-    assert late.sum() <= 2 and np.median(back) < 0.5, back
+    assert late.mean() < 0.5 and np.median(back) < 0.5, back
