@@ -227,10 +227,12 @@ def simulate_sessions_layout(cluster: ClusterConfig, layout: str, workload: str)
     warm-up, think times and chat template as a run, the layout's router policy, and each
     replica's prefix cache as its flags set it (``--disable-radix-cache``,
     ``--max-total-tokens``); its measured turns (``sessiontwin.TwinTurn``)."""
+    from pytest_kimi.config.cluster import merged
     from pytest_kimi.config.options import Options
     from pytest_kimi.config.pointdata import dataset_path, session_workload
     from pytest_kimi.mock.perfmodel import CostModel
     from pytest_kimi.mock.prefixreuse import PrefixReuse
+    from pytest_kimi.mock.routermodel import router_model
     from pytest_kimi.mock.scheduler import ReplicaSim
     from pytest_kimi.mock.sessiontwin import SessionPlan, simulate_sessions
     from pytest_kimi.mock.wire.info import max_total_tokens
@@ -258,4 +260,7 @@ def simulate_sessions_layout(cluster: ClusterConfig, layout: str, workload: str)
                        whole_answer=flags.wire == "0.5.9"))
         for i in range(dep.replicas)
     ]  # fmt: skip
-    return simulate_sessions(plan, sims, cluster.router_policy(lay))
+    router_flags = merged(cluster.router.args, lay.router_args)
+    router = router_model(cluster.router_policy(lay), len(sims), router_flags,
+                          cluster.router.package)  # fmt: skip
+    return simulate_sessions(plan, sims, router)

@@ -64,7 +64,7 @@ class _Run:
 
     def send(self, at: float, rid: str, text: str) -> tuple[int, SimRequest]:
         ids = token_ids(text)
-        replica = self.router.choose(ids)
+        replica = self.router.choose(text)
         sim = self.sims[replica]
         sim.advance(at)  # the replica reaches the arrival first, as the live engine does
         answer = output_words(rid, self.plan.output_len)
@@ -87,11 +87,10 @@ class _Run:
 
 
 def simulate_sessions(
-    plan: SessionPlan, sims: list[ReplicaSim], policy: str
+    plan: SessionPlan, sims: list[ReplicaSim], router: RoundRobin | CacheAware
 ) -> list[TwinTurn]:
-    """Every measured turn of ``plan`` on ``sims`` behind ``policy`` (``round_robin`` or
-    ``cache_aware``), in the order sent."""
-    router = CacheAware(len(sims)) if policy == "cache_aware" else RoundRobin(len(sims))
+    """Every measured turn of ``plan`` on ``sims`` behind ``router``
+    (:func:`~pytest_kimi.mock.routermodel.router_model`), in the order sent."""
     run = _Run(plan, sims, router)
     start = _warm_up(run)
     queue = list(plan.sessions)

@@ -22,6 +22,12 @@ from pytest_kimi.results.records import RequestRecord
 from pytest_kimi.run.counters import router_counters, router_notes, snapshot
 from pytest_kimi.run.notes import prefix_cache_notes, unsent_turn_notes
 
+# On a time-scaled mock a request's timeout is the workload's, in cluster time, but never
+# under this many wall seconds: the shared clock stands still while a loaded machine catches
+# up (seconds at a time at a load of 19 on 2 cores), so a cluster half hour at 1:200 (9 wall
+# seconds) timed out requests the cluster clock had given a minute
+MOCK_TIMEOUT_FLOOR_S = 120.0
+
 if TYPE_CHECKING:
     from pytest_kimi.config import Layout, WorkloadConfig
     from pytest_kimi.config.inputs import Inputs
@@ -172,6 +178,15 @@ def _work(
     return warmup, sessions
 
 
+def request_timeout(timeout_s: float, time_scale: float) -> float:
+    """The client's wall-clock timeout for a workload's ``request_timeout_s``: itself on a
+    real cluster (time scale 1); scaled on the mock, but not under ``MOCK_TIMEOUT_FLOOR_S``
+    (nor over the workload's own)."""
+    if time_scale == 1:
+        return timeout_s
+    return max(timeout_s / time_scale, min(timeout_s, MOCK_TIMEOUT_FLOOR_S))
+
+
 def _client_options(
     inputs: Inputs, wl: WorkloadConfig, template: ChatTemplate | None = None
 ) -> ClientOptions:
@@ -186,7 +201,7 @@ def _client_options(
         output_len=wl.output_len,
         concurrency=wl.concurrency,
         request_rate=wl.request_rate * inputs.time_scale,
-        timeout_s=wl.request_timeout_s / inputs.time_scale,
+        timeout_s=request_timeout(wl.request_timeout_s, inputs.time_scale),
         model=inputs.cluster.server.model_path,
         seed=wl.seed,
         clock_start=wl.clock_start,

@@ -6,7 +6,14 @@ The real router decides where each turn goes; the replicas' caches decide what i
 twin (:mod:`pytest_kimi.mock.sessiontwin`, with smg's ``cache_aware`` rule in
 :mod:`pytest_kimi.mock.routermodel`) predicts, offline, each policy's cache hits and TTFT; the
 live run must show them, and the replicas' own ``sglang:cached_tokens_total`` must add up to
-what the responses said."""
+what the responses said.
+
+Round robin is exact. smg's ``cache_aware`` is not quite: it draws ties at random and, once its
+10-second poll of the replicas' ``/metrics`` has answered (a wall-clock event, which a loaded
+machine can move into the run), weighs loads by their reported queues, which the twin cannot
+know. So the cache-aware layout is held to the twin's hit rate as tightly as round robin, and
+to its TTFT and replica split within what one routing choice moves (measured: a run with a
+poll mid-way moved the mean TTFT 11% and two sessions)."""
 
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ ROOT = Path(__file__).parents[2]
 LOCAL = ROOT / "clusters" / "local.yaml"
 LAYOUTS = ("tp32-rr", "tp32-cache-aware")
 TOLERANCE = 0.02  # live within 2% of the twin (the shared clock keeps the client out)
+ROUTED = {"tp32-rr": (TOLERANCE, 0), "tp32-cache-aware": (0.15, 8)}  # TTFT, requests moved
 
 
 @pytest.fixture(scope="module")
@@ -50,29 +58,33 @@ def test_each_policys_cache_hits_and_ttft_are_what_the_twin_predicts(agentic_run
     live = _summary(agentic_run, layout)
     predicted = twin[layout]
     assert live["completed"] == len(predicted) == 64
+    ttft, moved = ROUTED[layout]
     assert live["cache_hit_rate"] == pytest.approx(hit_rate(predicted), rel=TOLERANCE)
-    assert live["mean_ttft_ms"] == pytest.approx(mean_ttft(predicted) * 1000, rel=TOLERANCE)
+    assert live["mean_ttft_ms"] == pytest.approx(mean_ttft(predicted) * 1000, rel=ttft)
     # the router sent each replica what the twin's model of its policy sends it
-    sent = {name: c["router_requests"] for name, c in live["replica_counters"].items()}
+    sent = sorted(c["router_requests"] for c in live["replica_counters"].values())
     by_replica = Counter(t.replica for t in predicted)
-    assert sorted(sent.values()) == sorted(by_replica.get(i, 0) for i in range(len(sent)))
+    expected = sorted(by_replica.get(i, 0) for i in range(len(sent)))
+    assert sum(sent) == sum(expected) and abs(sent[0] - expected[0]) <= moved, (sent, expected)
 
 
 def test_the_policies_differ_in_hit_rate_and_ttft_as_the_twin_predicts(agentic_run, twin):
     """Cache-aware finds more of each prompt cached than round robin, which sends a session's
-    next turn to the other replica half the time; with a 4K-token system prompt shared by
-    every session, every first turn matches the replica that has it (over the 0.3 threshold)
-    and the load never trips the 64-request imbalance rule, so all sessions land on one
-    replica and wait for it: TTFT rises. The twin says so before the run does."""
+    next turn to the other replica half the time. With a 4K-token system prompt shared by
+    every session, every first turn matches the replica that has it; smg's default spill gate
+    (64 requests, capped at four over the mean) would never let go of it and all sessions
+    would queue there. The shipped layout spills at one request over the mean: sessions
+    spread, stay where their conversation is, and every later turn starts sooner than round
+    robin's. The twin says so before the run does."""
     rr, ca = (_summary(agentic_run, name) for name in LAYOUTS)
     assert ca["cache_hit_rate"] > rr["cache_hit_rate"] + 0.05
     assert hit_rate(twin["tp32-cache-aware"]) > hit_rate(twin["tp32-rr"]) + 0.05
-    live_ttft = ca["mean_ttft_ms"] / rr["mean_ttft_ms"] - 1
-    twin_ttft = mean_ttft(twin["tp32-cache-aware"]) / mean_ttft(twin["tp32-rr"]) - 1
-    assert abs(twin_ttft) > 2 * TOLERANCE  # the model says it matters ...
-    assert live_ttft * twin_ttft > 0 and abs(live_ttft - twin_ttft) <= 2 * TOLERANCE  # ... so
+    for turn in ("1", "2", "3"):
+        assert ca["by_turn"][turn]["mean_ttft_ms"] < rr["by_turn"][turn]["mean_ttft_ms"], turn
+        predicted = {name: [t for t in twin[name] if t.turn == int(turn)] for name in LAYOUTS}
+        assert mean_ttft(predicted["tp32-cache-aware"]) < mean_ttft(predicted["tp32-rr"]), turn
     served = [c["requests"] for c in ca["replica_counters"].values()]
-    assert sorted(served) == [0, 64]
+    assert min(served) >= 16  # no replica left idle
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -85,12 +97,23 @@ def test_the_replicas_cache_counters_add_up_to_the_responses(agentic_run, layout
     assert any("cache counters agree" in note for note in live["notes"]), live["notes"]
 
 
-def test_on_one_replica_each_turn_finds_the_whole_conversation_before_it_cached(agentic_run):
-    """Under cache-aware every session stays on its replica: turn k's cached tokens are
-    turn k-1's prompt and answer, all but the answer's last token (its KV never computed)."""
-    live = _summary(agentic_run, "tp32-cache-aware")
-    by_turn, sessions = live["by_turn"], 16
-    output_len = load_cluster(LOCAL).named_workload("agentic").output_len
-    for k in (1, 2, 3):
-        before = by_turn[str(k - 1)]["total_input_tokens"] + sessions * (output_len - 1)
-        assert by_turn[str(k)]["cached_tokens_total"] == before, k
+def test_a_later_turn_finds_its_whole_conversation_where_it_stayed(agentic_run, twin):
+    """Under cache-aware a session stays on its replica unless the spill gate moves it: turn
+    k then finds turn k-1's prompt and answer cached, all but the answer's last token (its KV
+    never computed); a turn moved finds what that replica holds of the session, its system
+    prompt at least. As many turns move as the twin moves, give or take a routing choice."""
+    run = agentic_run / "tp32-cache-aware" / "records.jsonl"
+    records = [r for r in map(json.loads, run.read_text().splitlines()) if not r["warmup"]]
+    workload = load_cluster(LOCAL).named_workload("agentic")
+    turns = {(r["session_id"], r["turn"]): r for r in records}
+    whole = {key: r["prompt_tokens"] + workload.output_len - 1 for key, r in turns.items()}
+    moved = 0
+    for (session, k), r in turns.items():
+        if k == 0:
+            continue
+        earlier = {whole[session, j] for j in range(k)}
+        assert r["cached_tokens"] in earlier | {workload.system_prompt_tokens}, (session, k)
+        moved += r["cached_tokens"] != whole[session, k - 1]
+    where = {(t.session, t.turn): t.replica for t in twin["tp32-cache-aware"]}
+    predicted = sum(where[s, k] != where[s, k - 1] for s, k in where if k)
+    assert moved <= 48 // 10 and abs(moved - predicted) <= 2, (moved, predicted)

@@ -44,3 +44,12 @@ def test_turnaround_note_gives_wall_and_cluster_time_on_the_mock():
     [real] = turnaround_notes(records, 1, time_scale=1)
     assert "cluster time" not in real
     assert turnaround_notes(records[:1], 1, time_scale=40) == []  # nothing followed
+
+
+def test_a_mock_requests_timeout_is_scaled_but_never_under_two_wall_minutes():
+    from pytest_kimi.run.measure import request_timeout
+
+    assert request_timeout(1800, 1) == 1800  # a real cluster: as written
+    assert request_timeout(1800, 200) == 120  # not 9 s: the clock may stand still that long
+    assert request_timeout(36000, 20) == 1800  # scaled where that is longer
+    assert request_timeout(30, 40) == 30  # never longer than the workload's own
