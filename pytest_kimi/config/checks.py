@@ -242,12 +242,19 @@ def goodput_ms(src: Located, goodput: Mapping[str, str]) -> dict[str, float]:
     }
 
 
-def check_slos(src: Located, prefix: str, slos: Mapping[str, str]) -> None:
-    """Each ``slo:`` entry parses (kept as text: the session merges them with CLI ones)."""
-    from pytest_kimi.results.slo import parse_slo
+def check_slos(src: Located, prefix: str, slos: Mapping[str, str]) -> float | None:
+    """Each ``slo:`` entry parses (kept as text: the session merges them with CLI ones); the
+    ``confidence`` entry (not a metric) is returned parsed, None where there is none."""
+    from pytest_kimi.results.slo import parse_confidence, parse_slo
 
     for name, value in slos.items():
+        if name == "confidence":
+            continue
         parsed(src, f"{prefix}.{name}", lambda s, n=name, v=value: parse_slo(n, v, s))
+    if "confidence" not in slos:
+        return None
+    return parsed(src, f"{prefix}.confidence",
+                  lambda s: parse_confidence(slos["confidence"], s))  # fmt: skip
 
 
 def regression_thresholds(src: Located, regression: Mapping[str, str]) -> dict[str, float]:

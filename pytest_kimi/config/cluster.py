@@ -76,6 +76,7 @@ class ClusterConfig:
     # the ${NAME} references the file was read with: name -> value (or default) used
     variables: Mapping[str, str] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadConfig] = field(default_factory=dict)  # by name: workloads:
+    slo_confidence: float | None = None  # slo.confidence: verdicts compare bounds at it
 
     @property
     def sha256(self) -> str:

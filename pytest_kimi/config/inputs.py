@@ -40,6 +40,7 @@ class Inputs:
     points: tuple[Point, ...] = (Point(),)  # workload points, in the order they are served
     prompts: dict[str, Workload] = field(default_factory=dict)  # point id -> its prompts
     configs: dict[str, str] = field(default_factory=dict)  # point id -> SPEED-Bench config
+    confidence: float | None = None  # SLO verdicts compare bounds at it (None: the point)
 
     def workload_of(self, point: Point) -> WorkloadConfig:
         """The cluster file's workload at ``point``."""
@@ -133,12 +134,17 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
             **baseline_mod.parse_thresholds(options.fail_thresholds, "--kimi-fail"),
         }
         baseline = baseline_mod.load(options.baseline) if options.baseline else None
+        confidence = cluster.slo_confidence
+        if options.confidence is not None:
+            confidence = slo_mod.parse_confidence(options.confidence, "--kimi-confidence")
     except (
         ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError, PointError
     ) as exc:  # fmt: skip
         raise UsageProblem(str(exc)) from None
     if options.parallel and cluster.executor != "local":
         check_apart(cluster, layouts)
+    if options.undecided not in ("pass", "fail", "xfail"):  # the ini's (pytest checks the CLI's)
+        raise UsageProblem(f"kimi_undecided = {options.undecided}: expected pass, fail or xfail")
     if options.endpoint and len(layouts) != 1:
         raise UsageProblem("--kimi-endpoint attaches to one running deployment: pass one --layout")
     if options.router_metrics and not options.endpoint:
@@ -150,7 +156,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         check_endpoint(options.endpoint)
     return Inputs(
         options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts,
-        configs,
+        configs, confidence,
     )  # fmt: skip
 
 

@@ -67,7 +67,7 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
     nodes = tuple(_node(n, raw.ssh) for n in raw.nodes)
     layouts = {name: _layout(src, name, layout, raw.executor)
                for name, layout in raw.layouts.items()}  # fmt: skip
-    checks.check_slos(src, "slo", raw.slo)
+    confidence = checks.check_slos(src, "slo", raw.slo)
     mock = None
     if raw.mock is not None:
         checks.check_profile(src, raw.mock.profile)
@@ -84,7 +84,8 @@ def _cluster(src: Located, raw: models.ClusterFile, environ: Mapping[str, str]) 
         router=_router(raw.router, nodes, _secret_env(src, "router", raw.router, environ)),
         workload=_workload(src, raw.workload),
         workloads={n: _named(src, n, raw.workload, w) for n, w in raw.workloads.items()},
-        slo=dict(raw.slo),
+        slo={name: value for name, value in raw.slo.items() if name != "confidence"},
+        slo_confidence=confidence,
         mock=mock,
         startup_timeout_s=raw.startup_timeout_s,
         deployment_max_s=raw.deployment_max_s,
@@ -135,6 +136,11 @@ def _node(node: nodemodels.NodeModel, defaults: nodemodels.SSH) -> Node:
 
 
 def _layout(src: Located, name: str, layout: layoutmodels.LayoutModel, executor: str) -> Layout:
+    if "confidence" in layout.slo:
+        raise src.error(
+            f"layouts.{name}.slo.confidence",
+            "a confidence is the whole run's (slo.confidence), not one layout's",
+        )
     checks.check_slos(src, f"layouts.{name}.slo", layout.slo)
     bootstrap_default = SGLANG_BOOTSTRAP_PORT if executor in ("ssh", "slurm") else "auto"
     sides = tuple(

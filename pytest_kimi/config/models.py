@@ -36,7 +36,11 @@ from pytest_kimi.config.runmodels import Locks, Logs, Network, Preflight, Teleme
 from pytest_kimi.config.strictmodel import StrictModel
 from pytest_kimi.config.workloadmodels import NamedWorkload, Workload
 
-SLOS = "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99."
+SLOS = (
+    "SLO limits by metric, e.g. ttft_p95: 25s, tpot_mean: 150ms, success_rate: 0.99; and "
+    "confidence: 0.95 to judge each SLO by its bounds at that confidence (passed, failed or "
+    "undecided; docs/metrics.md)."
+)
 
 
 class ClusterFile(StrictModel):

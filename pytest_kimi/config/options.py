@@ -48,6 +48,8 @@ class Options:
     gate: str | None = None  # --kimi-gate: baseline or history (default: baseline if given)
     gate_since: str | None = None  # --kimi-gate-since: the run a history gate's series starts at
     sglang_version: str | None = None  # --kimi-sglang-version: over server.sglang_version
+    confidence: str | None = None  # --kimi-confidence: over the cluster file's slo.confidence
+    undecided: str = "fail"  # --kimi-undecided: what an undecided SLO test does
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""

@@ -24,11 +24,21 @@ if TYPE_CHECKING:
     from pytest_kimi.results.layout import LayoutResult
 
 
-def verdicts(inputs: Inputs, result: LayoutResult) -> list[slo_mod.Verdict]:
-    """The layout's configured SLOs against its summary (none when nothing was measured)."""
+def verdicts(
+    inputs: Inputs, result: LayoutResult, extra: Sequence[slo_mod.Slo] = ()
+) -> list[slo_mod.Verdict]:
+    """The layout's configured SLOs (and ``extra`` ones: a test's marker) against its summary,
+    at the run's confidence where one is set (none when nothing was measured)."""
+    from pytest_kimi.results.metrics import per_request_ms
+
     if result.summary is None:
         return []
-    return [slo_mod.evaluate(s, result.summary) for s in inputs.slos[result.name].values()]
+    slos = {**inputs.slos[result.name], **{s.name: s for s in extra}}
+    samples = None
+    if inputs.confidence is not None:
+        samples = per_request_ms(result.records, time_scale=inputs.time_scale)
+    return [slo_mod.evaluate(s, result.summary, samples, inputs.confidence)
+            for s in slos.values()]  # fmt: skip
 
 
 def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mod.Judgement:

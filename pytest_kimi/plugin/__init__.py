@@ -26,6 +26,8 @@ from pytest_kimi.plugin.fixtures import (  # noqa: F401  (fixtures are found on 
     kimi_session,
     kimi_slo,
     kimi_slos,
+    kimi_undecided,
+    kimi_verdict,
     marker_slos,
     speedbench,
 )

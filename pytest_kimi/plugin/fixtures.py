@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_kimi.config.points import Point
     from pytest_kimi.judge.baseline import Judgement
     from pytest_kimi.results.layout import LayoutResult
-    from pytest_kimi.results.slo import Slo
+    from pytest_kimi.results.slo import Slo, Verdict
     from pytest_kimi.run.search import Search
     from pytest_kimi.run.session import Run
 
@@ -130,6 +130,41 @@ def kimi_slo(kimi_slos: dict[str, Slo]) -> Callable[[str], Slo]:
             pytest.fail(f"no SLO named {name!r} is configured (configured: {known})")
 
     return get
+
+
+@pytest.fixture
+def kimi_verdict(
+    kimi_session: Run, kimi_result: LayoutResult, kimi_slos: dict[str, Slo], record_property
+) -> Callable[[str], Verdict]:
+    """One SLO's verdict on the layout's run (``kimi_verdict("ttft_p95")``), at the run's
+    confidence (``--kimi-confidence``) where one is set; its outcome, bounds and the requests
+    a decision would need go into this test's JUnit properties (``slo_outcome``,
+    ``slo_lower``, ``slo_upper``: ms or the metric's unit, ``none`` where the data allow no
+    bound; ``slo_confidence``; ``slo_requests_needed``: ``never`` at a limit on the value)."""
+    from pytest_kimi.judge.verdicts import verdicts
+    from pytest_kimi.results.layout import verdict_to_dict
+
+    def get(name: str) -> Verdict:
+        [verdict] = [v for v in verdicts(kimi_session.inputs, kimi_result, [kimi_slos[name]])
+                     if v.slo.name == name]  # fmt: skip
+        saved = verdict_to_dict(verdict)
+        record_property("slo_outcome", saved["outcome"])
+        for key, value in (saved.get("interval") or {}).items():
+            if key in ("lower", "upper", "confidence"):
+                record_property(f"slo_{key}", "none" if value is None else value)
+        if "requests_needed" in saved:
+            needed = saved["requests_needed"]
+            record_property("slo_requests_needed", "never" if needed is None else needed)
+        return verdict
+
+    return get
+
+
+@pytest.fixture
+def kimi_undecided(kimi_session: Run) -> str:
+    """What an undecided SLO test does: ``fail`` (default), ``pass`` or ``xfail``
+    (``--kimi-undecided``)."""
+    return kimi_session.inputs.options.undecided
 
 
 @pytest.fixture(scope="session")

@@ -77,6 +77,21 @@ def add_run_options(group: pytest.OptionGroup) -> None:
         help="override an SLO, repeatable: ttft_p95=25s, tpot_p95=150ms, success_rate=1",
     )
     group.addoption(
+        "--kimi-confidence",
+        dest="kimi_confidence",
+        default=None,
+        metavar="C",
+        help="judge each SLO by its bounds at confidence C (e.g. 0.95): passed, failed or "
+        "undecided (default: the cluster file's slo.confidence, else the measured value alone)",
+    )
+    group.addoption(
+        "--kimi-undecided",
+        dest="kimi_undecided",
+        default=None,
+        choices=("pass", "fail", "xfail"),
+        help="what an undecided SLO test does (default: fail, so CI never passes on a coin toss)",
+    )
+    group.addoption(
         "--kimi-endpoint",
         dest="kimi_endpoint",
         default=None,
@@ -301,6 +316,8 @@ def add_ini_keys(parser: pytest.Parser) -> None:
     parser.addini("kimi_report_dir", "default for --kimi-report-dir")
     parser.addini("kimi_slo", "SLO overrides, one NAME=VALUE per line", type="linelist")
     parser.addini("kimi_endpoint", "default for --kimi-endpoint")
+    parser.addini("kimi_confidence", "default for --kimi-confidence")
+    parser.addini("kimi_undecided", "default for --kimi-undecided (pass, fail, xfail)")
     parser.addini("kimi_router_metrics", "default for --kimi-router-metrics")
     parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
@@ -349,6 +366,8 @@ def resolve(config: pytest.Config) -> Options:
         gate=config.getoption("kimi_gate"),
         gate_since=config.getoption("kimi_gate_since"),
         sglang_version=config.getoption("kimi_sglang_version"),
+        confidence=_opt(config, "kimi_confidence"),
+        undecided=_opt(config, "kimi_undecided") or "fail",
     )
 
 

@@ -306,12 +306,28 @@ def _verdict_lines(section: dict[str, Any]) -> list[str]:
                 float("nan") if slo["measured"] is None else slo["measured"], slo["unit"]
             )
             op = "<=" if slo["upper_bound"] else ">="
-            state = "PASS" if slo["passed"] else "FAIL"
+            state = _STATES[slo.get("outcome") or ("passed" if slo["passed"] else "failed")]
             limit = format_value(slo["limit"], slo["unit"])
-            lines.append(
-                f"- **{layout['name']}** {slo['name']} {op} {limit}: {state} (measured {measured})"
-            )
+            line = f"- **{layout['name']}** {slo['name']} {op} {limit}: {state} "
+            line += f"(measured {measured}"
+            if interval := slo.get("interval"):
+                line += f"; {interval_text(interval, slo['unit'])}"
+            lines.append(line + ")" + (f": {slo['why']}" if slo.get("why") else ""))
     return lines
+
+
+_STATES = {"passed": "PASS", "failed": "FAIL", "undecided": "UNDECIDED"}
+
+
+def interval_text(interval: dict[str, Any], unit: str) -> str:
+    """A saved verdict's bounds: ``95% bounds 1.20 s .. no bound (order statistics, 40
+    requests)``."""
+    lower, upper = (
+        "no bound" if interval[k] is None else format_value(interval[k], unit)
+        for k in ("lower", "upper")
+    )
+    return (f"{interval['confidence']:.0%} bounds {lower} .. {upper} ({interval['method']}, "
+            f"{interval['requests']} requests)")  # fmt: skip
 
 
 def _incomplete_banner(model: dict[str, Any]) -> list[str]:

@@ -16,6 +16,7 @@ from pytest_kimi.report import categories, turns
 from pytest_kimi.report.comparison import (
     backend_label,
     cases,
+    interval_text,
     point_title,
     sections,
     table_rows,
@@ -40,6 +41,7 @@ th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 table.text td:nth-child(-n+3), table.text th { text-align: left; }
 .pass { color: #176f2c; } .fail { color: #b00020; font-weight: bold; }
+.undecided { color: #8a5a00; font-weight: bold; }
 .incomplete { border: 2px solid #b00020; padding: 0 1em; margin: 1em 0; background: #fff4f4; }
 figure { margin: 1.5em 0; } figcaption { font-size: 13px; color: #555; }
 </style></head><body>
@@ -78,8 +80,10 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 {% for layout in sec.layouts %}{% if layout.error %}
 <li><b>{{ layout.name }}</b>: not measured: {{ layout.error.splitlines()[0] }}</li>
 {% else %}{% for s in layout.slo %}
-<li><b>{{ layout.name }}</b> {{ s.name }}:
-<span class="{{ 'pass' if s.passed else 'fail' }}">{{ 'PASS' if s.passed else 'FAIL' }}</span>
+<li><b>{{ layout.name }}</b> {{ s.name }}: {% set o = s.outcome or ('passed' if s.passed
+else 'failed') %}<span class="{{ {'passed': 'pass', 'failed': 'fail'}.get(o, 'undecided') }}">{{
+{'passed': 'PASS', 'failed': 'FAIL'}.get(o, 'UNDECIDED') }}</span>{% if s.interval %}
+({{ interval(s.interval, s.unit) }}){% endif %}{% if s.why %}: {{ s.why }}{% endif %}
 </li>{% endfor %}{% endif %}{% endfor %}
 </ul>{% for split in sec.splits %}<h{{ 3 if sec.title else 2 }}>{{ split.title }}</h{{ 3 if
 sec.title else 2 }}><p>{{ split.caption }}</p>
@@ -177,6 +181,7 @@ def render_html(
         per_gpu=lambda v: "n/a" if v is None else f"{v:.2f}",
         best_text=best_text,
         search_cell=search_cell,
+        interval=interval_text,
         listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
         searches=searches,
         sections=shown,

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_kimi.results.intervals import NEVER, Bounds
 from pytest_kimi.results.slo import Slo, Verdict
 
 if TYPE_CHECKING:
@@ -56,8 +57,9 @@ class LayoutResult:
 
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
-    """A verdict as ``summary.json`` and ``comparison.json`` store it."""
-    return {
+    """A verdict as ``summary.json`` and ``comparison.json`` store it; at a confidence, with
+    its bounds (null where the data allow none), the requests a decision would need and why."""
+    out = {
         "name": verdict.slo.name,
         "limit": verdict.slo.limit,
         "unit": verdict.slo.unit,
@@ -65,7 +67,20 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "source": verdict.slo.source,
         "measured": None if math.isnan(verdict.measured) else verdict.measured,
         "passed": verdict.passed,
+        "outcome": verdict.outcome,
     }
+    if verdict.bounds is not None:
+        b = verdict.bounds
+        out["interval"] = {
+            "lower": None if math.isinf(b.lower) else b.lower,
+            "upper": None if math.isinf(b.upper) else b.upper,
+            "confidence": b.confidence, "method": b.method, "requests": b.n,
+        }  # fmt: skip
+    if verdict.needed is not None:
+        out["requests_needed"] = verdict.needed if verdict.needed < NEVER else None
+    if verdict.why:
+        out["why"] = verdict.why
+    return out
 
 
 def verdict_from_dict(entry: dict[str, Any]) -> Verdict:
@@ -78,4 +93,15 @@ def verdict_from_dict(entry: dict[str, Any]) -> Verdict:
         entry.get("source", "saved run"),
     )
     measured = entry["measured"]
-    return Verdict(slo, float("nan") if measured is None else measured)
+    bounds = None
+    if (interval := entry.get("interval")) is not None:
+        lower, upper = interval["lower"], interval["upper"]
+        bounds = Bounds(
+            -math.inf if lower is None else lower, math.inf if upper is None else upper,
+            interval["confidence"], interval["method"], interval["requests"],
+        )  # fmt: skip
+    needed = None
+    if "requests_needed" in entry:  # null: no number of requests would decide it
+        needed = NEVER if entry["requests_needed"] is None else entry["requests_needed"]
+    return Verdict(slo, float("nan") if measured is None else measured, bounds,
+                   needed, entry.get("why", ""))  # fmt: skip

@@ -3,17 +3,24 @@
 Latency SLOs are upper bounds in milliseconds ("25s", "150ms" or a bare number of ms);
 throughputs, success rate and goodput are lower bounds. A verdict carries the measured value,
 the limit and the margin, so a failure message says by how much.
+
+At a confidence (``--kimi-confidence``) a verdict compares bounds, not the point
+(:mod:`pytest_kimi.results.intervals`): passed, failed or undecided, with the interval and,
+when undecided, how many requests a decision would likely need. Figures of the run as a
+whole (throughputs, goodput) and ITL (its samples are the tokens of a few requests, not
+independent) have no interval: they are compared as before, and the verdict says so.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_kimi.results import catalogue
+from pytest_kimi.results import intervals as iv
 
 if TYPE_CHECKING:
     from pytest_kimi.results.summary import Summary
@@ -42,20 +49,46 @@ class Slo:
         return f"{self.name} {op} {format_value(self.limit, self.unit)}"
 
 
+OUTCOMES = ("passed", "failed", "undecided")
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one SLO on one layout."""
+    """The outcome of one SLO on one layout. ``bounds``: the interval at a confidence, where
+    one was asked for and the metric has one; ``needed``: when undecided, about how many
+    requests would decide it (``intervals.NEVER``: none would); ``why``: what an undecided
+    verdict, or one compared without an interval, should say."""
 
     slo: Slo
     measured: float
+    bounds: iv.Bounds | None = None
+    needed: int | None = None
+    why: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or ``undecided`` (only with bounds)."""
+        if math.isnan(self.measured):
+            return "failed"
+        if self.bounds is None:
+            return "passed" if self._within(self.measured) else "failed"
+        worst, best = (
+            (self.bounds.upper, self.bounds.lower)
+            if self.slo.upper
+            else (self.bounds.lower, self.bounds.upper)
+        )
+        if self._within(worst):
+            return "passed"
+        if not self._within(best):
+            return "failed"
+        return "undecided"
 
     @property
     def passed(self) -> bool:
-        if math.isnan(self.measured):
-            return False
-        return (
-            self.measured <= self.slo.limit if self.slo.upper else self.measured >= self.slo.limit
-        )
+        return self.outcome == "passed"
+
+    def _within(self, value: float) -> bool:
+        return value <= self.slo.limit if self.slo.upper else value >= self.slo.limit
 
     @property
     def margin(self) -> float:
@@ -65,14 +98,33 @@ class Verdict:
 
     def message(self) -> str:
         unit = self.slo.unit
-        state = "met" if self.passed else "VIOLATED"
+        state = {"passed": "met", "failed": "VIOLATED", "undecided": "UNDECIDED"}[self.outcome]
         rel = ""
         if self.slo.limit and not math.isnan(self.measured):
             rel = f" ({self.margin / self.slo.limit:+.1%})"
-        return (
+        text = (
             f"SLO {self.slo.describe()} {state}: measured {format_value(self.measured, unit)}, "
-            f"margin {format_value(self.margin, unit)}{rel} [from {self.slo.source}]"
+            f"margin {format_value(self.margin, unit)}{rel}"
         )
+        if self.bounds is not None:
+            text += f", {self.interval_text()}"
+        if self.why:
+            text += f"; {self.why}"
+        return f"{text} [from {self.slo.source}]"
+
+    def interval_text(self) -> str:
+        """``95% bounds 1.20 s .. 1.64 s (order statistics, 40 requests)``."""
+        b = self.bounds
+        assert b is not None
+        unit = self.slo.unit
+        return (
+            f"{b.confidence:.0%} bounds {_bound(b.lower, unit)} .. {_bound(b.upper, unit)} "
+            f"({b.method}, {b.n} requests)"
+        )
+
+
+def _bound(value: float, unit: str) -> str:
+    return "no bound" if math.isinf(value) else format_value(value, unit)
 
 
 def format_value(value: float, unit: str) -> str:
@@ -117,6 +169,18 @@ def parse_slo(name: str, value: str | float, source: str) -> Slo:
     return Slo(name, limit, m.upper_bound, "" if m.unit == "count" else m.unit, source)
 
 
+def parse_confidence(value: str | float, source: str) -> float:
+    """A confidence for SLO verdicts (``0.95``): over 0.5 (a one-sided bound at 0.5 or less
+    is no bound) and under 1 (no finite run reaches certainty)."""
+    try:
+        confidence = float(value)
+    except (TypeError, ValueError):
+        raise SloError(f"{source}: confidence {value!r}: expected a number such as 0.95") from None
+    if not 0.5 < confidence < 1:
+        raise SloError(f"{source}: confidence {value!r}: expected a number over 0.5 and under 1")
+    return confidence
+
+
 def parse_assignment(text: str, source: str) -> tuple[str | None, Slo]:
     """``NAME=VALUE`` or ``LAYOUT:NAME=VALUE`` from the command line or an ini file."""
     name, sep, value = text.partition("=")
@@ -157,6 +221,65 @@ def percentiles_needed(slos: Iterable[Slo]) -> set[float]:
     return out
 
 
-def evaluate(slo: Slo, summary: Summary) -> Verdict:
-    """Measure ``slo``'s metric on ``summary`` (NaN when nothing was measured: a failure)."""
-    return Verdict(slo, summary.metric(slo.name))
+def evaluate(
+    slo: Slo,
+    summary: Summary,
+    samples: Mapping[str, Sequence[float]] | None = None,
+    confidence: float | None = None,
+) -> Verdict:
+    """Measure ``slo``'s metric on ``summary`` (NaN when nothing was measured: a failure);
+    with a ``confidence``, bound it from the per-request ``samples`` (ms, keyed by latency
+    prefix: :func:`pytest_kimi.results.metrics.per_request_ms`) where the metric has bounds."""
+    measured = summary.metric(slo.name)
+    if confidence is None or math.isnan(measured):
+        return Verdict(slo, measured)
+    m = catalogue.metric(slo.name)
+    if slo.name == "success_rate":
+        bounds = iv.proportion_bounds(summary.completed, summary.completed + summary.failed,
+                                      confidence)  # fmt: skip
+        return _decided(Verdict(slo, measured, bounds), None)
+    values = (samples or {}).get(m.prefix) if m.per_request else None
+    if not values or (m.stat not in ("mean", "median") and not m.is_percentile):
+        why = "compared without an interval: " + (
+            "a figure of the whole run" if not m.prefix else
+            "its samples (a request's tokens) are not independent" if m.prefix == "itl" else
+            f"no interval for {m.stat}"
+        )  # fmt: skip
+        return Verdict(slo, measured, why=why)
+    if m.stat == "mean":
+        bounds = iv.mean_bounds(values, confidence)
+        verdict = Verdict(slo, measured, bounds)
+        return _decided(verdict, lambda: iv.mean_requests_needed(values, slo.limit, confidence))
+    percentile = 50.0 if m.stat == "median" else float(m.percentile or 0)
+    bounds = iv.quantile_bounds(values, percentile, confidence)
+    verdict = Verdict(slo, measured, bounds)
+    return _decided(
+        verdict, lambda: iv.quantile_requests_needed(values, percentile, slo.limit, confidence),
+        percentile,
+    )
+
+
+def _decided(verdict: Verdict, needed: Callable[[], int] | None, percentile: float = 0) -> Verdict:
+    """``verdict`` with, when undecided, how many requests would likely decide it and why."""
+    if verdict.outcome != "undecided":
+        return verdict
+    b = verdict.bounds
+    assert b is not None
+    count = needed() if needed is not None else None
+    parts = []
+    if percentile and math.isinf(b.upper if verdict.slo.upper else b.lower):
+        fewest = iv.fewest_for_upper_bound(percentile, b.confidence)
+        parts.append(
+            f"{b.n} requests cannot bound a p{percentile:g} from above at {b.confidence:.0%} "
+            f"(that needs {fewest}: {percentile / 100:g}^{fewest} < {1 - b.confidence:.2g}), "
+            "so they can fail this SLO but never pass it"
+        )
+    else:
+        parts.append(f"the {b.confidence:.0%} bounds straddle the limit")
+    if count is not None:
+        parts.append(
+            "no number of requests like these would decide it (the limit sits at the measured "
+            "value)" if count >= iv.NEVER else
+            f"about {count} requests like these would decide it"
+        )  # fmt: skip
+    return Verdict(verdict.slo, verdict.measured, b, count, "; ".join(parts))

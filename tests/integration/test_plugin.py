@@ -164,6 +164,8 @@ def test_help_documents_every_option(pytester: pytest.Pytester):
         "--kimi-category",
         "--kimi-prompt",
         "--kimi-tokenizer",
+        "--kimi-confidence",
+        "--kimi-undecided",
     ):
         result.stdout.fnmatch_lines([f"*{option}*"])
 
@@ -198,9 +200,7 @@ def test_a_dead_endpoint_is_one_line_and_a_usage_error(project: pytest.Pytester)
     assert not (project.path / "out").exists()  # nothing was "measured"
 
 
-def test_a_failing_warm_up_stops_the_run_before_measuring(
-    project: pytest.Pytester, mock_server
-):
+def test_a_failing_warm_up_stops_the_run_before_measuring(project: pytest.Pytester, mock_server):
     import httpx
 
     httpx.post(f"{mock_server}/kimi/faults", json={"error_rate": 1.0}, trust_env=False)
@@ -450,3 +450,42 @@ def test_xdist_runs_layouts_in_parallel_and_writes_one_comparison(
     for mine, theirs in zip(again["layouts"], comparison["layouts"], strict=True):
         for key in ("summary", "slo", "notes", "error"):
             assert json.dumps(mine[key]) == json.dumps(theirs[key]), key
+
+
+def test_at_a_confidence_an_undecided_slo_fails_by_default_or_is_what_the_user_chose(
+    project: pytest.Pytester,
+):
+    """Six requests bound no p95 from above at 95% (that takes 59): the p95 SLOs are
+    undecided however far their limits; the mean's t bounds decide tpot_mean."""
+    project.makeini("[pytest]\nkimi_confidence = 0.95\n")
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=deep", "--kimi-report-dir=out", "-p",
+        "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.fnmatch_lines(["*SLO ttft_p95 <= 600.00 s UNDECIDED*needs 59*"])
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=deep", "--kimi-report-dir=out2",
+        "--kimi-undecided=xfail", "--junitxml=junit.xml", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3, xfailed=2)
+    cases = {
+        c.get("name"): c for c in ET.parse(project.path / "junit.xml").getroot().iter("testcase")
+    }
+    props = {
+        p.get("name"): p.get("value") for p in cases["test_slo[deep-ttft_p95]"].iter("property")
+    }
+    assert (props["slo_outcome"], props["slo_upper"], props["slo_confidence"]) == (
+        "undecided", "none", "0.95")  # fmt: skip
+    assert props["slo_requests_needed"] == "59"
+    mean = {
+        p.get("name"): p.get("value") for p in cases["test_slo[deep-tpot_mean]"].iter("property")
+    }
+    assert mean["slo_outcome"] == "passed" and float(mean["slo_upper"]) < 10_000
+    [run] = list((project.path / "out2").iterdir())
+    saved = json.loads((run / "comparison.json").read_text())
+    slos = {s["name"]: s for s in saved["layouts"][0]["slo"]}
+    assert slos["ttft_p95"]["outcome"] == "undecided" and slos["ttft_p95"]["requests_needed"] == 59
+    assert slos["tpot_mean"]["interval"]["method"] == "t"
+    assert "UNDECIDED" in (run / "comparison.md").read_text()
+    assert 'class="undecided"' in (run / "report.html").read_text()

@@ -158,6 +158,7 @@ def test_layouts_section(model: dict, results: list[LayoutResult]) -> None:
             "upper_bound": True,
             "measured": pytest.approx(1000.0),
             "passed": True,
+            "outcome": "passed",
             "source": "cli",
         }
     ]

@@ -557,6 +557,20 @@ def test_bad_layout_slo_is_a_load_error(tmp_path: Path) -> None:
     assert "percentile 150 is not in (0, 100]" in msg
 
 
+def test_slo_confidence_is_the_files_not_a_metric(tmp_path: Path) -> None:
+    text = edit("  ttft_p95: 30s", "  ttft_p95: 30s\n  confidence: 0.9")
+    cluster = load_cluster(write(tmp_path, text))
+    assert cluster.slo_confidence == 0.9 and "confidence" not in cluster.slo
+    assert load_cluster(write(tmp_path, BASE)).slo_confidence is None
+    path, msg = load_error(tmp_path, edit("  ttft_p95: 30s", "  ttft_p95: 30s\n  confidence: 1"))
+    assert_names(msg, path, L_SLO + 2, "slo.confidence")
+    assert "expected a number over 0.5 and under 1" in msg
+    text = edit("tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 16, ep: 4, slo: {confidence: 0.9}}")
+    path, msg = load_error(tmp_path, text)
+    assert_names(msg, path, L_TP16, "layouts.tp16.slo.confidence")
+    assert "the whole run's (slo.confidence)" in msg
+
+
 def test_layout_slo_kept_as_text(tmp_path: Path) -> None:
     text = edit("tp16: {tp: 16, pp: 1, ep: 4}", "tp16: {tp: 16, ep: 4, slo: {success_rate: 0.9}}")
     layout = load_cluster(write(tmp_path, text)).layout("tp16")
