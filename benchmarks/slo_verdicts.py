@@ -12,9 +12,9 @@ p95, over ``--runs`` runs each:
 * **point**: today's comparison of the measured p95 of 40 requests with the limit;
 * **fixed n**: the order-statistic bounds at C = 0.95 of 40 and of 100 requests
   (:func:`pytest_kimi.results.intervals.quantile_bounds`);
-* **sequential**: looks at 40, 100, 160, ... 400 requests, each at its spent level
-  (:class:`pytest_kimi.results.sequential.LookPlan`: power-family alpha spending, each side
-  on its own), stopping at the first decisive look: what ``--kimi-until-decided`` does.
+* **sequential**: looks at 40, 80, ... 400 requests, each at its spent level
+  (:func:`pytest_kimi.judge.looks.look_plan`: power-family alpha spending, each side on its
+  own), stopping at the first decisive look: what ``--kimi-until-decided`` does.
 
 A verdict is wrong when it passes a limit under the true p95 or fails one at or over it (a p95
 at its limit meets ``p95 <= limit``); at 1.0 x a pass is not wrong but as much a chance as a
@@ -38,13 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_kimi.judge.looks import look_plan
 from pytest_kimi.results.intervals import quantile_ranks
-from pytest_kimi.results.sequential import LookPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTORS = (0.8, 0.95, 1.0, 1.05, 1.2)
 CONFIDENCE = 0.95
-PLAN = LookPlan(first=40, batch=60, most=400, alpha=1 - CONFIDENCE)
+PLAN = look_plan(40, 400, CONFIDENCE)  # what --kimi-until-decided plans for 40 requests
 
 
 def twin_pool(requests: int, jitter: float) -> np.ndarray:

@@ -7,12 +7,13 @@ and the workload's prompts. Any problem is a :class:`UsageProblem` (pytest's usa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kimi.config.options import Options
-from pytest_kimi.config.pointdata import dataset_path, load_prompts
+from pytest_kimi.config.pointdata import batch_prompts, dataset_path, load_prompts
 from pytest_kimi.config.points import OPTION, Point, PointError, parse_values, points
 from pytest_kimi.results import catalogue
 from pytest_kimi.results import slo as slo_mod
@@ -41,6 +42,12 @@ class Inputs:
     prompts: dict[str, Workload] = field(default_factory=dict)  # point id -> its prompts
     configs: dict[str, str] = field(default_factory=dict)  # point id -> SPEED-Bench config
     confidence: float | None = None  # SLO verdicts compare bounds at it (None: the point)
+    batches: dict[str, list[Workload]] = field(default_factory=dict)  # --kimi-until-decided
+
+    def batches_of(self, point: Point) -> list[Workload]:
+        """The prompts of ``point``'s batches after its planned requests, in the order sent
+        (none unless ``--kimi-until-decided``)."""
+        return self.batches.get(point.id, [])
 
     def workload_of(self, point: Point) -> WorkloadConfig:
         """The cluster file's workload at ``point``."""
@@ -137,6 +144,11 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         confidence = cluster.slo_confidence
         if options.confidence is not None:
             confidence = slo_mod.parse_confidence(options.confidence, "--kimi-confidence")
+        batches = {}
+        if options.until_decided is not None:
+            check_until_decided(options.until_decided, confidence, cluster, run_points)
+            if not dry_run:
+                batches = batch_prompts(options, cluster, run_points, configs)
     except (
         ConfigError, DatasetError, slo_mod.SloError, baseline_mod.BaselineError, PointError
     ) as exc:  # fmt: skip
@@ -156,7 +168,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         check_endpoint(options.endpoint)
     return Inputs(
         options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts,
-        configs, confidence,
+        configs, confidence, batches,
     )  # fmt: skip
 
 
@@ -264,6 +276,26 @@ def check_trace_speed(options: Options, cluster: ClusterConfig) -> None:
                            "NAME")  # fmt: skip
     if not speed > 0:
         raise UsageProblem(f"--kimi-trace-speed {speed:g}: the speed must be > 0")
+
+
+def check_until_decided(
+    most: int, confidence: float | None, cluster: ClusterConfig, run_points: tuple[Point, ...]
+) -> None:
+    """``--kimi-until-decided MAX`` sends more of a closed loop's single requests, at a
+    confidence, up to more than the planned requests of each point."""
+    if confidence is None:
+        raise UsageProblem("--kimi-until-decided judges SLOs by their bounds: give "
+                           "--kimi-confidence C (or the cluster file's slo.confidence)")
+    for point in run_points:
+        wl = point.apply(cluster.workload)
+        if wl.sessions or wl.kind == "trace" or wl.arrivals is not None or math.isfinite(
+                wl.request_rate):  # fmt: skip
+            raise UsageProblem("--kimi-until-decided sends more requests of a closed loop "
+                               "(concurrency, no request_rate, no trace, arrival list or "
+                               "sessions), the same way as the planned ones")  # fmt: skip
+        if most <= wl.num_requests:
+            raise UsageProblem(f"--kimi-until-decided {most}: the most requests must be more "
+                               f"than the {wl.num_requests} planned")  # fmt: skip
 
 
 def check_gate(options: Options, cluster: ClusterConfig) -> None:

@@ -50,6 +50,7 @@ class Options:
     sglang_version: str | None = None  # --kimi-sglang-version: over server.sglang_version
     confidence: str | None = None  # --kimi-confidence: over the cluster file's slo.confidence
     undecided: str = "fail"  # --kimi-undecided: what an undecided SLO test does
+    until_decided: int | None = None  # --kimi-until-decided: the most requests per point
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""

@@ -15,6 +15,8 @@ from pytest_kimi.config.options import Options
 from pytest_kimi.config.points import Point
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pytest_kimi.config import ClusterConfig, WorkloadConfig
     from pytest_kimi.workload.dataset import Workload
 
@@ -58,6 +60,56 @@ def load_prompts(
             )
         out[point.id] = _timed(options, wl, loaded[key])
     return out
+
+
+BATCH_SEED_STEP = 1_000_003  # batch b's prompts are drawn with seed + b x this
+
+
+def batch_prompts(
+    options: Options, cluster: ClusterConfig, run_points: tuple[Point, ...],
+    configs: dict[str, str],
+) -> dict[str, list[Workload]]:  # fmt: skip
+    """``--kimi-until-decided``: each point's batches after its planned requests (half as
+    many again each: :func:`~pytest_kimi.results.sequential.batch_size`), drawn from the
+    same rows as they were (same category, config and construction) with the seed moved on
+    per batch: new prompts where the dataset has them; a dataset of few rows repeats them
+    across batches (none within one)."""
+    from pytest_kimi.results.sequential import batch_size, batches_for
+    from pytest_kimi.workload.dataset import load_workload
+
+    assert options.until_decided is not None
+    path = dataset_path(options, cluster)
+    out: dict[str, list[Workload]] = {}
+    for point in run_points:
+        wl = point.apply(cluster.workload)
+        size = batch_size(wl.num_requests)
+
+        def sample(n: int, batch: int, wl: WorkloadConfig = wl, config: str = configs[point.id]
+                   ) -> Workload:  # fmt: skip
+            return load_workload(path, num_requests=n, seed=wl.seed + batch * BATCH_SEED_STEP,
+                                 category=wl.category, config=config,
+                                 prompt=options.prompt or wl.prompt, api=wl.api,
+                                 tokenizer_dir=tokenizer_dir(options, cluster))  # fmt: skip
+
+        count = batches_for(wl.num_requests, options.until_decided)
+        out[point.id] = [_batch(sample, size, wl.num_requests, b) for b in range(1, count + 1)]
+    return out
+
+
+def _batch(
+    sample: Callable[[int, int], Workload], size: int, planned: int, batch: int
+) -> Workload:
+    """Batch ``batch`` of ``size`` prompts; from a dataset of fewer rows, ``planned`` of them
+    (as many as the planned run drew) cycled to ``size``."""
+    from dataclasses import replace
+
+    from pytest_kimi.workload.rows import DatasetError
+
+    try:
+        return sample(size, batch)
+    except DatasetError:
+        few = sample(planned, batch)
+        return replace(few, prompts=(list(few.prompts) * -(-size // planned))[:size])
 
 
 def _timed(options: Options, wl: WorkloadConfig, workload: Workload) -> Workload:

@@ -33,6 +33,10 @@ def verdicts(
 
     if result.summary is None:
         return []
+    if result.look is not None:  # --kimi-until-decided: at the look the run stopped at
+        from pytest_kimi.judge.looks import verdicts_at
+
+        return verdicts_at(inputs, result.name, result.records, result.look, tuple(extra))
     slos = {**inputs.slos[result.name], **{s.name: s for s in extra}}
     samples = None
     if inputs.confidence is not None:

@@ -85,12 +85,15 @@ def add_run_options(group: pytest.OptionGroup) -> None:
         "undecided (default: the cluster file's slo.confidence, else the measured value alone)",
     )
     group.addoption(
-        "--kimi-undecided",
-        dest="kimi_undecided",
-        default=None,
-        choices=("pass", "fail", "xfail"),
+        "--kimi-until-decided", dest="kimi_until_decided", nargs="?", const=400, type=int,
+        default=None, metavar="MAX",
+        help="with a confidence: after the planned requests, send more in batches of as many "
+        "until every SLO of the point is decided or MAX requests (default 400) were sent",
+    )  # fmt: skip
+    group.addoption(
+        "--kimi-undecided", dest="kimi_undecided", default=None, choices=("pass", "fail", "xfail"),
         help="what an undecided SLO test does (default: fail, so CI never passes on a coin toss)",
-    )
+    )  # fmt: skip
     group.addoption(
         "--kimi-endpoint",
         dest="kimi_endpoint",
@@ -368,6 +371,7 @@ def resolve(config: pytest.Config) -> Options:
         sglang_version=config.getoption("kimi_sglang_version"),
         confidence=_opt(config, "kimi_confidence"),
         undecided=_opt(config, "kimi_undecided") or "fail",
+        until_decided=config.getoption("kimi_until_decided"),
     )
 
 

@@ -44,6 +44,9 @@ class Bounds:
     confidence: float
     method: str  # "order statistics", "t", "Clopper-Pearson"
     n: int
+    # a sequential look (--kimi-until-decided): each side at its own spent level
+    lower_confidence: float | None = None
+    upper_confidence: float | None = None
 
 
 def quantile_ranks(n: int, p: float, confidence: float) -> tuple[int | None, int | None]:
@@ -57,10 +60,17 @@ def quantile_ranks(n: int, p: float, confidence: float) -> tuple[int | None, int
     return (int(lower[-1]) if lower.size else None), (int(upper[0]) if upper.size else None)
 
 
-def quantile_bounds(values: Sequence[float], percentile: float, confidence: float) -> Bounds:
+def quantile_bounds(
+    values: Sequence[float], percentile: float, confidence: float,
+    sides: tuple[float, float] | None = None,
+) -> Bounds:  # fmt: skip
     """Order-statistic bounds on the ``percentile``-th percentile (0-100) of the distribution
-    ``values`` were drawn from."""
+    ``values`` were drawn from; ``sides``: (lower, upper) confidences of a sequential look
+    (1: that side unbounded), over ``confidence``."""
     ordered = np.sort(np.asarray(values, dtype=float))
+    if sides is not None:
+        return _sided(quantile_bounds(values, percentile, sides[0]),
+                      quantile_bounds(values, percentile, sides[1]), confidence, sides)  # fmt: skip
     lo, hi = quantile_ranks(len(ordered), percentile / 100, confidence)
     return Bounds(
         lower=float(ordered[lo - 1]) if lo else -math.inf,
@@ -71,6 +81,18 @@ def quantile_bounds(values: Sequence[float], percentile: float, confidence: floa
     )
 
 
+def _sided(
+    low: Bounds, high: Bounds, confidence: float, sides: tuple[float, float]
+) -> Bounds:
+    """The lower bound of ``low`` and the upper of ``high`` (a side at confidence 1: none)."""
+    return Bounds(
+        lower=-math.inf if sides[0] >= 1 else low.lower,
+        upper=math.inf if sides[1] >= 1 else high.upper,
+        confidence=confidence, method=low.method, n=low.n,
+        lower_confidence=sides[0], upper_confidence=sides[1],
+    )  # fmt: skip
+
+
 def fewest_for_upper_bound(percentile: float, confidence: float) -> int:
     """The fewest requests with any upper bound on the ``percentile``-th percentile: the
     largest value bounds it with probability ``1 - p^n`` (59 for a p95 at 0.95)."""
@@ -78,8 +100,14 @@ def fewest_for_upper_bound(percentile: float, confidence: float) -> int:
     return math.ceil(math.log(1 - confidence) / math.log(p))
 
 
-def mean_bounds(values: Sequence[float], confidence: float) -> Bounds:
-    """Student's t bounds on the mean of the distribution ``values`` were drawn from."""
+def mean_bounds(
+    values: Sequence[float], confidence: float, sides: tuple[float, float] | None = None
+) -> Bounds:
+    """Student's t bounds on the mean of the distribution ``values`` were drawn from;
+    ``sides`` as for :func:`quantile_bounds`."""
+    if sides is not None:
+        return _sided(mean_bounds(values, sides[0]), mean_bounds(values, sides[1]),
+                      confidence, sides)  # fmt: skip
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n < 2:
@@ -89,8 +117,14 @@ def mean_bounds(values: Sequence[float], confidence: float) -> Bounds:
     return Bounds(float(mean - half), float(mean + half), confidence, "t", n)
 
 
-def proportion_bounds(successes: int, n: int, confidence: float) -> Bounds:
-    """Clopper-Pearson bounds on a success probability from ``successes`` of ``n``."""
+def proportion_bounds(
+    successes: int, n: int, confidence: float, sides: tuple[float, float] | None = None
+) -> Bounds:
+    """Clopper-Pearson bounds on a success probability from ``successes`` of ``n``;
+    ``sides`` as for :func:`quantile_bounds`."""
+    if sides is not None:
+        return _sided(proportion_bounds(successes, n, sides[0]),
+                      proportion_bounds(successes, n, sides[1]), confidence, sides)  # fmt: skip
     alpha = 1 - confidence
     lower = stats.beta.ppf(alpha, successes, n - successes + 1) if successes else 0.0
     upper = stats.beta.ppf(confidence, successes + 1, n - successes) if successes < n else 1.0

@@ -45,6 +45,7 @@ class LayoutResult:
     point_settings: dict[str, Any] = field(default_factory=dict)  # what the point sets
     # a disaggregated layout: SGLang's per-stage latencies over the run (where TTFT goes)
     stage_times: StageTimes | None = None
+    look: int | None = None  # --kimi-until-decided: the look the run stopped at (0-based)
 
     @property
     def case(self) -> str:
@@ -76,6 +77,9 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
             "upper": None if math.isinf(b.upper) else b.upper,
             "confidence": b.confidence, "method": b.method, "requests": b.n,
         }  # fmt: skip
+        if b.lower_confidence is not None:  # a sequential look's own levels
+            out["interval"]["lower_confidence"] = b.lower_confidence
+            out["interval"]["upper_confidence"] = b.upper_confidence
     if verdict.needed is not None:
         out["requests_needed"] = verdict.needed if verdict.needed < NEVER else None
     if verdict.why:
@@ -99,6 +103,7 @@ def verdict_from_dict(entry: dict[str, Any]) -> Verdict:
         bounds = Bounds(
             -math.inf if lower is None else lower, math.inf if upper is None else upper,
             interval["confidence"], interval["method"], interval["requests"],
+            interval.get("lower_confidence"), interval.get("upper_confidence"),
         )  # fmt: skip
     needed = None
     if "requests_needed" in entry:  # null: no number of requests would decide it

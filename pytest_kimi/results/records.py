@@ -87,6 +87,9 @@ class RequestRecord:
     # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens); None where
     # the server did not say
     cached_tokens: int | None = None
+    # --kimi-until-decided: the batch the request was sent in (0: the planned requests; 1, 2,
+    # ...: the batches sent until every SLO was decided); None when not sent so
+    batch: int | None = None
 
     @property
     def latency_start(self) -> float:

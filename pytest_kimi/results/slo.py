@@ -23,6 +23,7 @@ from pytest_kimi.results import catalogue
 from pytest_kimi.results import intervals as iv
 
 if TYPE_CHECKING:
+    from pytest_kimi.results.sequential import Look
     from pytest_kimi.results.summary import Summary
 
 _FLOORS = tuple(n for n, m in catalogue.AGGREGATES.items() if catalogue.sloable(m))
@@ -117,8 +118,12 @@ class Verdict:
         b = self.bounds
         assert b is not None
         unit = self.slo.unit
+        if b.lower_confidence is None or b.upper_confidence is None:
+            level = f"{b.confidence:.0%} bounds"
+        else:  # a sequential look: each side at its spent level
+            level = f"bounds at {b.lower_confidence:.2%} / {b.upper_confidence:.2%}"
         return (
-            f"{b.confidence:.0%} bounds {_bound(b.lower, unit)} .. {_bound(b.upper, unit)} "
+            f"{level} {_bound(b.lower, unit)} .. {_bound(b.upper, unit)} "
             f"({b.method}, {b.n} requests)"
         )
 
@@ -226,20 +231,23 @@ def evaluate(
     summary: Summary,
     samples: Mapping[str, Sequence[float]] | None = None,
     confidence: float | None = None,
+    look: Look | None = None,
 ) -> Verdict:
     """Measure ``slo``'s metric on ``summary`` (NaN when nothing was measured: a failure);
     with a ``confidence``, bound it from the per-request ``samples`` (ms, keyed by latency
-    prefix: :func:`pytest_kimi.results.metrics.per_request_ms`) where the metric has bounds."""
+    prefix: :func:`pytest_kimi.results.metrics.per_request_ms`) where the metric has bounds;
+    at a sequential ``look`` (``--kimi-until-decided``), each side at that look's level."""
     measured = summary.metric(slo.name)
     if confidence is None or math.isnan(measured):
         return Verdict(slo, measured)
     m = catalogue.metric(slo.name)
+    sides = (1 - look.lower, 1 - look.upper) if look is not None else None
     if slo.name == "success_rate":
         bounds = iv.proportion_bounds(summary.completed, summary.completed + summary.failed,
-                                      confidence)  # fmt: skip
-        return _decided(Verdict(slo, measured, bounds), None)
+                                      confidence, sides)  # fmt: skip
+        return _decided(Verdict(slo, measured, bounds), None, look=look)
     values = (samples or {}).get(m.prefix) if m.per_request else None
-    if not values or (m.stat not in ("mean", "median") and not m.is_percentile):
+    if not values or (bounded_percentile(slo) is None and m.stat != "mean"):
         why = "compared without an interval: " + (
             "a figure of the whole run" if not m.prefix else
             "its samples (a request's tokens) are not independent" if m.prefix == "itl" else
@@ -247,19 +255,34 @@ def evaluate(
         )  # fmt: skip
         return Verdict(slo, measured, why=why)
     if m.stat == "mean":
-        bounds = iv.mean_bounds(values, confidence)
+        bounds = iv.mean_bounds(values, confidence, sides)
         verdict = Verdict(slo, measured, bounds)
-        return _decided(verdict, lambda: iv.mean_requests_needed(values, slo.limit, confidence))
-    percentile = 50.0 if m.stat == "median" else float(m.percentile or 0)
-    bounds = iv.quantile_bounds(values, percentile, confidence)
+        return _decided(verdict, lambda: iv.mean_requests_needed(values, slo.limit, confidence),
+                        look=look)  # fmt: skip
+    percentile = bounded_percentile(slo) or 0.0
+    bounds = iv.quantile_bounds(values, percentile, confidence, sides)
     verdict = Verdict(slo, measured, bounds)
     return _decided(
         verdict, lambda: iv.quantile_requests_needed(values, percentile, slo.limit, confidence),
-        percentile,
+        percentile, look,
     )
 
 
-def _decided(verdict: Verdict, needed: Callable[[], int] | None, percentile: float = 0) -> Verdict:
+def bounded_percentile(slo: Slo) -> float | None:
+    """The percentile an SLO's order-statistic bounds are of (50 for a median); None for one
+    on a mean, a rate or a whole-run figure."""
+    m = catalogue.metric(slo.name)
+    if not m.per_request or m.prefix == "itl":
+        return None
+    if m.stat == "median":
+        return 50.0
+    return m.percentile if m.is_percentile else None
+
+
+def _decided(
+    verdict: Verdict, needed: Callable[[], int] | None, percentile: float = 0,
+    look: Look | None = None,
+) -> Verdict:  # fmt: skip
     """``verdict`` with, when undecided, how many requests would likely decide it and why."""
     if verdict.outcome != "undecided":
         return verdict
@@ -267,7 +290,12 @@ def _decided(verdict: Verdict, needed: Callable[[], int] | None, percentile: flo
     assert b is not None
     count = needed() if needed is not None else None
     parts = []
-    if percentile and math.isinf(b.upper if verdict.slo.upper else b.lower):
+    if look is not None:
+        last = look.index + 1 == look.of
+        parts.append(f"look {look.index + 1} of {look.of}, at {look.n} requests: the bounds "
+                     + ("still straddle the limit at the last look" if last else
+                        "straddle the limit"))  # fmt: skip
+    elif percentile and math.isinf(b.upper if verdict.slo.upper else b.lower):
         fewest = iv.fewest_for_upper_bound(percentile, b.confidence)
         parts.append(
             f"{b.n} requests cannot bound a p{percentile:g} from above at {b.confidence:.0%} "

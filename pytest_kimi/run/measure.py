@@ -13,7 +13,7 @@ between replicas is known (:mod:`pytest_kimi.results.replicacounters`). The read
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,9 @@ def measure(
         shared_before = clock.stats() if clock is not None else None
         try:
             records += _send(target, options, log, abort, measured, [])
+            if inputs.batches_of(point):  # --kimi-until-decided
+                more = lambda b: _send(target, options, log, abort, b, [])  # noqa: E731
+                records = _until_decided(inputs, layout.name, point, records, result, more)
         finally:
             if target.client is not None and measured:  # say where it was timed (once)
                 result.notes.append(target.client.note())
@@ -139,6 +142,19 @@ def measure(
         raise
     log.journal.discard()
     result.notes.extend(router_notes(target.router_metrics_url, router_before))
+
+
+def _until_decided(
+    inputs: Inputs, layout: str, point: Point, records: list[RequestRecord],
+    result: LayoutResult, send: Callable[[list[RequestSpec]], list[RequestRecord]],
+) -> list[RequestRecord]:  # fmt: skip
+    """The batches ``--kimi-until-decided`` sends after the planned requests; the look the
+    run stopped at and how it ended go into ``result``."""
+    from pytest_kimi.run.untildecided import send_until_decided
+
+    records, result.look, note = send_until_decided(inputs, layout, point, records, send)
+    result.notes.append(note)
+    return records
 
 
 def _request_count(measured: list[RequestSpec] | list[Session]) -> int:

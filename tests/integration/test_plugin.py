@@ -166,6 +166,7 @@ def test_help_documents_every_option(pytester: pytest.Pytester):
         "--kimi-tokenizer",
         "--kimi-confidence",
         "--kimi-undecided",
+        "--kimi-until-decided",
     ):
         result.stdout.fnmatch_lines([f"*{option}*"])
 
@@ -489,3 +490,28 @@ def test_at_a_confidence_an_undecided_slo_fails_by_default_or_is_what_the_user_c
     assert slos["tpot_mean"]["interval"]["method"] == "t"
     assert "UNDECIDED" in (run / "comparison.md").read_text()
     assert 'class="undecided"' in (run / "report.html").read_text()
+
+
+def test_until_decided_sends_batches_on_the_same_deployment_until_the_slos_are_decided(
+    project: pytest.Pytester, leftovers
+):
+    """Six planned requests cannot pass a p95 at 95% (that takes 59): batches of nine more
+    follow on the same deployment until the p95 SLOs' bounds clear their far limits; the mean
+    is decided at once. Each record says its batch; the note says how many requests it took."""
+    result = project.runpytest_subprocess(
+        "--cluster=cluster.yaml", "--layout=deep", "--kimi-report-dir=out", "-p",
+        "no:cacheprovider", "--kimi-confidence=0.95", "--kimi-until-decided=100",
+    )  # fmt: skip
+    result.assert_outcomes(passed=5)
+    assert result.stdout.str().count("] bringing up ") == 1
+    [run] = list((project.path / "out").iterdir())
+    summary = json.loads((run / "deep" / "summary.json").read_text())
+    [note] = [n for n in summary["notes"] if n.startswith("until decided:")]
+    records = [json.loads(x) for x in (run / "deep" / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if not r["warmup"]]
+    assert f"every SLO decided after {len(measured)} requests" in note
+    batches = sorted({r["batch"] for r in measured})
+    assert batches == list(range(len(batches))) and len(measured) == 6 + 9 * batches[-1] >= 59
+    assert summary["completed"] == len(measured)
+    assert {s["outcome"] for s in summary["slo"]} == {"passed"}
+    assert leftovers(project.path) == []
