@@ -12,7 +12,7 @@ p95, over ``--runs`` runs each:
 * **point**: today's comparison of the measured p95 of 40 requests with the limit;
 * **fixed n**: the order-statistic bounds at C = 0.95 of 40 and of 100 requests
   (:func:`pytest_kimi.results.intervals.quantile_bounds`);
-* **sequential**: looks at 40, 80, ... 400 requests, each at its spent level
+* **sequential**: looks at 40, 100, 160, ... 400 requests, each at its spent level
   (:func:`pytest_kimi.judge.looks.look_plan`: power-family alpha spending, each side on its
   own), stopping at the first decisive look: what ``--kimi-until-decided`` does.
 
@@ -20,7 +20,7 @@ A verdict is wrong when it passes a limit under the true p95 or fails one at or 
 at its limit meets ``p95 <= limit``); at 1.0 x a pass is not wrong but as much a chance as a
 fail, and the table shows both.
 
-    python benchmarks/slo_verdicts.py                  # ~1 min on 2 cores
+    python benchmarks/slo_verdicts.py                  # ~30 s on 2 cores
     python benchmarks/slo_verdicts.py --jitter 0.1     # steps that vary: a smoother tail
     python benchmarks/slo_verdicts.py --runs 200       # quicker
     python benchmarks/slo_verdicts.py --json out.json  # also write the table as JSON

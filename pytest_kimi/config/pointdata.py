@@ -72,8 +72,8 @@ def batch_prompts(
     """``--kimi-until-decided``: each point's batches after its planned requests (half as
     many again each: :func:`~pytest_kimi.results.sequential.batch_size`), drawn from the
     same rows as they were (same category, config and construction) with the seed moved on
-    per batch: new prompts where the dataset has them; a dataset of few rows repeats them
-    across batches (none within one)."""
+    per batch. Each batch is its own draw, so prompts can repeat earlier batches' and, from
+    a dataset with fewer rows than a batch, each other (the run's note counts them)."""
     from pytest_kimi.results.sequential import batch_size, batches_for
     from pytest_kimi.workload.dataset import load_workload
 
@@ -100,7 +100,7 @@ def _batch(
     sample: Callable[[int, int], Workload], size: int, planned: int, batch: int
 ) -> Workload:
     """Batch ``batch`` of ``size`` prompts; from a dataset of fewer rows, ``planned`` of them
-    (as many as the planned run drew) cycled to ``size``."""
+    (as many as the planned run drew) repeated to ``size``."""
     from dataclasses import replace
 
     from pytest_kimi.workload.rows import DatasetError

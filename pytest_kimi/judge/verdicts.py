@@ -33,10 +33,11 @@ def verdicts(
 
     if result.summary is None:
         return []
-    if result.look is not None:  # --kimi-until-decided: at the look the run stopped at
+    if result.looks is not None:  # --kimi-until-decided: each at the look it was decided at
         from pytest_kimi.judge.looks import verdicts_at
 
-        return verdicts_at(inputs, result.name, result.records, result.look, tuple(extra))
+        return verdicts_at(inputs, result.name, result.records, result.looks, result.summary,
+                           tuple(extra))  # fmt: skip
     slos = {**inputs.slos[result.name], **{s.name: s for s in extra}}
     samples = None
     if inputs.confidence is not None:

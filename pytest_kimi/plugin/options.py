@@ -87,8 +87,9 @@ def add_run_options(group: pytest.OptionGroup) -> None:
     group.addoption(
         "--kimi-until-decided", dest="kimi_until_decided", nargs="?", const=400, type=int,
         default=None, metavar="MAX",
-        help="with a confidence: after the planned requests, send more in batches of as many "
-        "until every SLO of the point is decided or MAX requests (default 400) were sent",
+        help="with a confidence: after the planned requests, send more in batches until every "
+        "SLO of the point is decided or MAX requests (400) were sent; give MAX with = or the "
+        "option after the test paths",
     )  # fmt: skip
     group.addoption(
         "--kimi-undecided", dest="kimi_undecided", default=None, choices=("pass", "fail", "xfail"),

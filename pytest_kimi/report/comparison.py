@@ -326,8 +326,11 @@ def interval_text(interval: dict[str, Any], unit: str) -> str:
         "no bound" if interval[k] is None else format_value(interval[k], unit)
         for k in ("lower", "upper")
     )
-    return (f"{interval['confidence']:.0%} bounds {lower} .. {upper} ({interval['method']}, "
-            f"{interval['requests']} requests)")  # fmt: skip
+    level = f"{interval['confidence']:.0%} bounds"
+    if interval.get("lower_confidence") is not None:  # a sequential look's own levels
+        level = (f"bounds at {interval['lower_confidence']:.2%} / "
+                 f"{interval['upper_confidence']:.2%}")  # fmt: skip
+    return f"{level} {lower} .. {upper} ({interval['method']}, {interval['requests']} requests)"
 
 
 def _incomplete_banner(model: dict[str, Any]) -> list[str]:

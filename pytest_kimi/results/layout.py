@@ -45,7 +45,8 @@ class LayoutResult:
     point_settings: dict[str, Any] = field(default_factory=dict)  # what the point sets
     # a disaggregated layout: SGLang's per-stage latencies over the run (where TTFT goes)
     stage_times: StageTimes | None = None
-    look: int | None = None  # --kimi-until-decided: the look the run stopped at (0-based)
+    # --kimi-until-decided: the look (0-based) each SLO was decided at, or the last one
+    looks: dict[str, int] | None = None
 
     @property
     def case(self) -> str:

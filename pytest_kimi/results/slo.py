@@ -268,6 +268,14 @@ def evaluate(
     )
 
 
+def has_bounds(slo: Slo) -> bool:
+    """Whether a confidence bounds ``slo``: a success rate, or a percentile, median or mean
+    of a per-request latency (not ITL)."""
+    m = catalogue.metric(slo.name)
+    mean = m.per_request and m.prefix != "itl" and m.stat == "mean"
+    return slo.name == "success_rate" or mean or bounded_percentile(slo) is not None
+
+
 def bounded_percentile(slo: Slo) -> float | None:
     """The percentile an SLO's order-statistic bounds are of (50 for a median); None for one
     on a mean, a rate or a whole-run figure."""
@@ -288,7 +296,8 @@ def _decided(
         return verdict
     b = verdict.bounds
     assert b is not None
-    count = needed() if needed is not None else None
+    # at a sequential look the levels are the look's, not C: no fixed-n estimate then
+    count = needed() if needed is not None and look is None else None
     parts = []
     if look is not None:
         last = look.index + 1 == look.of

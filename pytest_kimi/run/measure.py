@@ -152,7 +152,7 @@ def _until_decided(
     run stopped at and how it ended go into ``result``."""
     from pytest_kimi.run.untildecided import send_until_decided
 
-    records, result.look, note = send_until_decided(inputs, layout, point, records, send)
+    records, result.looks, note = send_until_decided(inputs, layout, point, records, send)
     result.notes.append(note)
     return records
 

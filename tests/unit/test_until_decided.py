@@ -47,21 +47,25 @@ def _inputs(tmp_path: Path, limit: str, most: int = 400, **kw):
                                until_decided=most, **kw))  # fmt: skip
 
 
-def _records(rng: np.random.Generator, n: int) -> list[RequestRecord]:
+def _records(rng: np.random.Generator, ids: list[str]) -> list[RequestRecord]:
+    """One answered request per prompt id, its TTFT drawn from U(0, 1 s)."""
     out = []
-    for i in range(n):
+    for i, prompt_id in enumerate(ids):
         first = rng.uniform(0, 1)
-        out.append(RequestRecord(i, f"p{i}", 16384, 2, send_time=0.0, first_token_time=first,
+        out.append(RequestRecord(i, prompt_id, 16384, 2, send_time=0.0, first_token_time=first,
                                  end_time=first + 0.01, chunks=[Chunk(first, 1),
                                  Chunk(first + 0.01, 1)], prompt_tokens=16384,
                                  completion_tokens=2, success=True))  # fmt: skip
     return out
 
 
-def _run(inputs, seed: int) -> tuple[list[RequestRecord], int, str]:
+def _run(inputs, seed: int) -> tuple[list[RequestRecord], dict[str, int], str]:
     rng = np.random.default_rng(seed)
-    return send_until_decided(inputs, "tp8", Point(), _records(rng, 40),
-                              lambda specs: _records(rng, len(specs)))  # fmt: skip
+    planned = [p.id for p in inputs.prompts_of(Point()).prompts]
+    def send(specs: list) -> list[RequestRecord]:
+        return _records(rng, [spec.prompt_id for spec in specs])
+
+    return send_until_decided(inputs, "tp8", Point(), _records(rng, planned), send)
 
 
 def test_a_limit_at_the_true_p95_stays_undecided_to_the_most(tmp_path: Path):
@@ -71,8 +75,12 @@ def test_a_limit_at_the_true_p95_stays_undecided_to_the_most(tmp_path: Path):
     undecided = [note for _, _, note in ended if "still undecided" in note]
     # a decision at the truth is one by chance: each side spends 5%, so at most ~10% of runs
     assert len(undecided) >= 36, [note for _, _, note in ended]
-    records, look, note = next(e for e in ended if "still undecided" in e[2])
-    assert look == 6 and len(records) == 400 and note.endswith("after the most requests, 400")
+    records, looks, note = next(e for e in ended if "still undecided" in e[2])
+    assert looks == {"ttft_p95": 6} and len(records) == 400
+    assert "still undecided after the most requests, 400; " in note
+    # the builtin set has 48 rows: 40 planned, then batches of 60 drawn from the same rows
+    repeated = int(note.split("; ")[1].split(" of the ")[0])
+    assert 400 - 48 <= repeated < 400 and "of the 400 prompts repeated earlier ones" in note
     assert [records[i].batch for i in (0, 39, 40, 99, 100, 399)] == [0, 0, 1, 1, 2, 6]
     assert len({r.index for r in records}) == 400
 
@@ -100,3 +108,17 @@ def test_until_decided_needs_a_confidence_and_a_closed_loop(tmp_path: Path):
     with pytest.raises(UsageProblem, match="sends more requests of a closed loop"):
         load_inputs(Options(path, ("tp8",), tmp_path / "r", confidence="0.95",
                             until_decided=400))  # fmt: skip
+
+
+def test_an_slo_keeps_the_verdict_of_its_first_decisive_look(tmp_path: Path):
+    """ttft_p95 at 1.14 s passes at 100 requests; ttft_mean at 505 ms (the truth: 500) keeps
+    the run going. Later looks, at their smaller levels, never take the pass back: the final
+    verdict of each SLO is judged at the look it was decided at, on the requests by then."""
+    from pytest_kimi.judge.looks import verdicts_at
+
+    inputs = _inputs(tmp_path, "1140ms, ttft_mean: 505ms")
+    records, looks, note = _run(inputs, 3)
+    assert looks == {"ttft_p95": 1, "ttft_mean": 6} and "ttft_mean still undecided" in note
+    verdicts = {v.slo.name: v for v in verdicts_at(inputs, "tp8", records, looks)}
+    assert verdicts["ttft_p95"].outcome == "passed" and verdicts["ttft_p95"].bounds.n == 100
+    assert verdicts["ttft_mean"].outcome == "undecided" and verdicts["ttft_mean"].bounds.n == 400
