@@ -15,7 +15,7 @@ from pytest_kimi.report.categories import category_lines
 from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
 from pytest_kimi.report.turns import turn_lines
 from pytest_kimi.results import catalogue
-from pytest_kimi.results.layout import LayoutResult, verdict_to_dict
+from pytest_kimi.results.layout import LayoutResult, verdict_from_dict, verdict_to_dict
 from pytest_kimi.results.metrics import per_request_ms
 from pytest_kimi.results.pdstages import ttft_lines
 from pytest_kimi.results.slo import format_value
@@ -310,8 +310,8 @@ def _verdict_lines(section: dict[str, Any]) -> list[str]:
             limit = format_value(slo["limit"], slo["unit"])
             line = f"- **{layout['name']}** {slo['name']} {op} {limit}: {state} "
             line += f"(measured {measured}"
-            if interval := slo.get("interval"):
-                line += f"; {interval_text(interval, slo['unit'])}"
+            if slo.get("interval"):
+                line += f"; {interval_text(slo)}"
             lines.append(line + ")" + (f": {slo['why']}" if slo.get("why") else ""))
     return lines
 
@@ -319,18 +319,9 @@ def _verdict_lines(section: dict[str, Any]) -> list[str]:
 _STATES = {"passed": "PASS", "failed": "FAIL", "undecided": "UNDECIDED"}
 
 
-def interval_text(interval: dict[str, Any], unit: str) -> str:
-    """A saved verdict's bounds: ``95% bounds 1.20 s .. no bound (order statistics, 40
-    requests)``."""
-    lower, upper = (
-        "no bound" if interval[k] is None else format_value(interval[k], unit)
-        for k in ("lower", "upper")
-    )
-    level = f"{interval['confidence']:.0%} bounds"
-    if interval.get("lower_confidence") is not None:  # a sequential look's own levels
-        level = (f"bounds at {interval['lower_confidence']:.2%} / "
-                 f"{interval['upper_confidence']:.2%}")  # fmt: skip
-    return f"{level} {lower} .. {upper} ({interval['method']}, {interval['requests']} requests)"
+def interval_text(saved: dict[str, Any]) -> str:
+    """A saved verdict's bounds, worded as the verdict's own message words them."""
+    return verdict_from_dict(saved).interval_text()
 
 
 def _incomplete_banner(model: dict[str, Any]) -> list[str]:

@@ -83,7 +83,7 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 <li><b>{{ layout.name }}</b> {{ s.name }}: {% set o = s.outcome or ('passed' if s.passed
 else 'failed') %}<span class="{{ {'passed': 'pass', 'failed': 'fail'}.get(o, 'undecided') }}">{{
 {'passed': 'PASS', 'failed': 'FAIL'}.get(o, 'UNDECIDED') }}</span>{% if s.interval %}
-({{ interval(s.interval, s.unit) }}){% endif %}{% if s.why %}: {{ s.why }}{% endif %}
+({{ interval(s) }}){% endif %}{% if s.why %}: {{ s.why }}{% endif %}
 </li>{% endfor %}{% endif %}{% endfor %}
 </ul>{% for split in sec.splits %}<h{{ 3 if sec.title else 2 }}>{{ split.title }}</h{{ 3 if
 sec.title else 2 }}><p>{{ split.caption }}</p>

@@ -13,6 +13,7 @@ between replicas is known (:mod:`pytest_kimi.results.replicacounters`). The read
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -109,7 +110,7 @@ def measure(
         try:
             records += _send(target, options, log, abort, measured, [])
             if inputs.batches_of(point):  # --kimi-until-decided
-                more = lambda b: _send(target, options, log, abort, b, [])  # noqa: E731
+                more = functools.partial(_send, target, options, log, abort, warm=[])
                 records = _until_decided(inputs, layout.name, point, records, result, more)
         finally:
             if target.client is not None and measured:  # say where it was timed (once)
