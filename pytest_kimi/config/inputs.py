@@ -339,8 +339,10 @@ def check_endpoint(url: str, timeout_s: float = 5.0) -> None:
     measured: 40 requests failing one by one would say the same thing forty times, later."""
     import httpx
 
+    from pytest_kimi.workload import http
+
     try:
-        httpx.get(url.rstrip("/") + "/health", timeout=timeout_s, trust_env=False)
+        http.get(url.rstrip("/") + "/health", timeout=timeout_s)
     except httpx.InvalidURL as exc:
         raise UsageProblem(f"--kimi-endpoint {url}: not a URL ({exc})") from None
     except httpx.HTTPError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from pytest_kimi.deploy.secrets import REDACTED
+from pytest_kimi.workload import http
 
 TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 3.0  # a listed worker the client cannot reach (a pod address) fails fast
@@ -107,11 +108,11 @@ def discover(url: str, router_metrics: str | None = None) -> Attached:
     could not be learned is said in ``notes`` and each worker's ``error``."""
     base = url.rstrip("/")
     timeout = httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-    with httpx.Client(timeout=timeout, trust_env=False) as http:
-        listed, kind, notes = _worker_urls(http, base)
+    with http.client(timeout=timeout) as asking:
+        listed, kind, notes = _worker_urls(asking, base)
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(listed)))) as pool:
-            workers = tuple(pool.map(lambda item: _worker(http, *item), listed))
-        router = _router_release(http, base) if kind == "router" else None
+            workers = tuple(pool.map(lambda item: _worker(asking, *item), listed))
+        router = _router_release(asking, base) if kind == "router" else None
     for w in workers:
         if w.error:
             notes.append(f"{w.name} ({w.url}) could not be asked: {w.error}")

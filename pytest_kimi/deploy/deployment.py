@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from pytest_kimi.deploy import teardown
 from pytest_kimi.deploy.executor import Executor, Handle
 from pytest_kimi.deploy.plan import DeploymentPlan, ProcessSpec
@@ -25,6 +23,7 @@ from pytest_kimi.deploy.reach import DIRECT, Reach, reach_for
 from pytest_kimi.deploy.readiness import router_counts, router_metrics_known
 from pytest_kimi.deploy.startup import StartupWatch
 from pytest_kimi.deploy.waits import BringUpError, StartupWait, check_ports, with_every_tail
+from pytest_kimi.workload import http
 
 POLL_S = 0.1
 
@@ -110,17 +109,18 @@ class Deployment:
             for spec in self.plan.servers:
                 self._launch(spec)
                 watch.add(self.handles[spec.name])
-            with httpx.Client(timeout=5.0, trust_env=False) as http:
-                wait.servers(http, self.plan.servers)
+            with http.client(timeout=5.0) as polling:
+                wait.servers(polling, self.plan.servers)
                 router, url = self.plan.router, self.plan.router.url + "/readiness"
                 self._launch(router)
                 watch.add(self.handles[router.name])
                 ready = router_counts(self.reach.url(url), len(self.plan.rank0()))
-                wait.until(http, router, ready, f"router on {router.node.name} not ready at {url}")
+                not_ready = f"router on {router.node.name} not ready at {url}"
+                wait.until(polling, router, ready, not_ready)
                 if self.plan.router_metrics_url is not None:  # read before and after the run
                     metrics = self.plan.router_metrics_url
                     known = router_metrics_known(self.reach.url(metrics))
-                    wait.until(http, router, known, f"router metrics not served at {metrics}")
+                    wait.until(polling, router, known, f"router metrics not served at {metrics}")
         except BringUpError as exc:
             handles = list(self.handles.values())
             message = with_every_tail(self.executor, handles, self.log_dir, str(exc), exc.process)

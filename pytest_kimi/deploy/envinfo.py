@@ -139,9 +139,11 @@ def server_version(url: str, timeout: float = 10.0) -> str | None:
     error is not a version)."""
     import httpx
 
+    from pytest_kimi.workload import http
+
     for path in ("/server_info", "/get_server_info"):
         try:
-            response = httpx.get(url + path, timeout=timeout, trust_env=False)
+            response = http.get(url + path, timeout=timeout)
             if response.status_code == 404:
                 continue
             version = response.json().get("version") if response.status_code == 200 else None

@@ -83,16 +83,15 @@ deployment naming it as its bootstrap host moves no KV; SGLang's own health chec
 def warm_replicas(plan: DeploymentPlan, reach: Reach | None = None) -> None:
     """One short request per replica, straight to rank 0 (not through the router); to a
     prefill or decode server as SGLang's own health check sends one (no KV to move)."""
-    import httpx
-
     from pytest_kimi.deploy.reach import DIRECT
+    from pytest_kimi.workload import http
 
     body = {"text": "warm up", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}}
     alone = {"bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_room": 0}
-    with httpx.Client(timeout=600.0, trust_env=False) as http:
+    with http.client(timeout=600.0) as warming:
         for spec in plan.rank0():
             sent = {**body, **alone} if spec.disaggregation else body
-            response = http.post((reach or DIRECT).url(spec.url + "/generate"), json=sent)
+            response = warming.post((reach or DIRECT).url(spec.url + "/generate"), json=sent)
             if response.status_code != 200:
                 raise WarmupFailed(
                     f"warm-up of replica {spec.replica} ({spec.url}/generate) answered HTTP "

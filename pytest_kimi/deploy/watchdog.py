@@ -177,9 +177,9 @@ class Watchdog:
 
 
 def _http_get(url: str) -> tuple[int, bytes]:
-    import httpx
+    from pytest_kimi.workload import http
 
-    response = httpx.get(url, timeout=10.0, trust_env=False)
+    response = http.get(url, timeout=10.0)
     return response.status_code, response.content
 
 

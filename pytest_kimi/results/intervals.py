@@ -20,6 +20,10 @@ probability at most ``1 - C`` (docs/metrics.md, "SLO verdicts at a confidence").
   requests of a run the mean of per-request latencies is near normal; a bootstrap would add
   resampling noise to a pass/fail decision for little gain at these sizes.
 * A success rate: the Clopper-Pearson bounds of a binomial proportion (exact).
+
+``scipy.stats`` (the binomial, t and beta distributions) is imported by the functions that use
+it: importing it takes 0.7 s of CPU, and every pytest process imports this module, most of
+them never asking for a bound.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 NEVER = 100_000  # "more requests than any run sends": a limit at the true value never decides
 
@@ -52,6 +55,8 @@ class Bounds:
 def quantile_ranks(n: int, p: float, confidence: float) -> tuple[int | None, int | None]:
     """The 1-based ranks of the order statistics bounding the ``p``-quantile (``0 < p < 1``)
     of ``n`` values from below and from above at ``confidence``; None where none does."""
+    from scipy import stats
+
     ks = np.arange(1, n + 1)
     at_or_over = stats.binom.cdf(ks - 1, n, p)  # P(x_(k) >= q) = P(B <= k - 1)
     at_or_under = stats.binom.sf(ks - 1, n, p)  # P(x_(k) <= q) = P(B >= k)
@@ -108,6 +113,8 @@ def mean_bounds(
     if sides is not None:
         return _sided(mean_bounds(values, sides[0]), mean_bounds(values, sides[1]),
                       confidence, sides)  # fmt: skip
+    from scipy import stats
+
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n < 2:
@@ -125,6 +132,8 @@ def proportion_bounds(
     if sides is not None:
         return _sided(proportion_bounds(successes, n, sides[0]),
                       proportion_bounds(successes, n, sides[1]), confidence, sides)  # fmt: skip
+    from scipy import stats
+
     alpha = 1 - confidence
     lower = stats.beta.ppf(alpha, successes, n - successes + 1) if successes else 0.0
     upper = stats.beta.ppf(confidence, successes + 1, n - successes) if successes < n else 1.0
@@ -159,6 +168,8 @@ def mean_requests_needed(values: Sequence[float], limit: float, confidence: floa
     data = np.asarray(values, dtype=float)
     if len(data) < 2 or float(data.mean()) == limit:
         return NEVER
+    from scipy import stats
+
     gap, spread = abs(float(data.mean()) - limit), float(data.std(ddof=1))
     return _fewest(lambda n: stats.t.ppf(confidence, n - 1) * spread / math.sqrt(n) < gap,
                    len(data))  # fmt: skip

@@ -26,9 +26,10 @@ def router_counters(url: str | None) -> Counter[tuple[str, str]] | None:
     import httpx
 
     from pytest_kimi.report.routermetrics import counters
+    from pytest_kimi.workload import http
 
     try:
-        response = httpx.get(url, timeout=5.0, trust_env=False)
+        response = http.get(url, timeout=5.0)
         response.raise_for_status()
         return counters(response.text)
     except (httpx.HTTPError, ValueError):
@@ -53,8 +54,10 @@ def router_notes(url: str | None, before: Counter[tuple[str, str]] | None) -> li
 def _metrics_text(url: str) -> str | None:
     import httpx
 
+    from pytest_kimi.workload import http
+
     try:
-        response = httpx.get(url, timeout=5.0, trust_env=False)
+        response = http.get(url, timeout=5.0)
         response.raise_for_status()
         return response.text
     except httpx.HTTPError:

@@ -19,6 +19,7 @@ import httpx
 
 from pytest_kimi.deploy.procgroup import start_group, stop_groups
 from pytest_kimi.mock.tokenizer_files import TOKENIZER_DIR
+from pytest_kimi.workload import http
 
 
 class ProcessError(AssertionError):
@@ -75,7 +76,7 @@ class Proc:
             if self.popen.poll() is not None:
                 raise ProcessError(f"process exited {self.popen.returncode}:\n{self.text()}")
             try:
-                if httpx.get(url, timeout=1.0, trust_env=False).is_success:
+                if http.get(url, timeout=1.0).is_success:
                     return
             except httpx.HTTPError:
                 pass

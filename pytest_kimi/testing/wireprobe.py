@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from pytest_kimi.workload import http
+
 NEW_TOKENS = 16  # enough tokens that a stream has first, middle and last chunks
 LONG_RUN_TOKENS = 3000  # a request that runs until it is aborted
 ABORTED_METRIC = "sglang:num_aborted_requests_total"
@@ -166,7 +168,7 @@ def send(client: httpx.Client, step: Step) -> Answer:
 def run_probe(url: str, context_length: int) -> Transcript:
     """Every step against the server at ``url``, in order; see the module docstring."""
     out = Transcript()
-    with httpx.Client(base_url=url, timeout=DEADLINE_S, trust_env=False) as client:
+    with http.client(base_url=url, timeout=DEADLINE_S) as client:
         out.metrics["ready"] = client.get("/metrics").text
         for step in INFO_STEPS + traffic_steps():
             out.answers[step.name] = send(client, step)
