@@ -34,7 +34,6 @@ LONGEST_MODULES = {
     "tests/integration/test_router_packages.py": 120,
     "tests/ssh/test_ssh_deploy.py": 99,
     "tests/ssh/test_ssh_containers.py": 87,
-    "tests/perf/test_speedbench.py": 73,
     "tests/integration/test_open_loop.py": 70,
     "tests/conformance/test_mock_vs_sglang.py": 64,
     "tests/ssh/test_ssh_leftovers.py": 64,
@@ -47,16 +46,17 @@ LONGEST_MODULES = {
     "tests/integration/test_history_run.py": 38,
 }
 
-# The modules that start real SGLang servers. Each server wants both cores while it starts
-# (importing torch, building the model); three such modules at once on three workers slowed
-# each by half and held the machine at load 17. Under `--dist loadscope` they are one unit of
-# work: one worker runs them one after another while the others run the rest.
-REAL_SGLANG_MODULES = frozenset({
-    "tests/realsglang/test_mission.py",
-    "tests/realsglang/test_attach.py",
-    "tests/realsglang/test_teardown.py",
-    "tests/ssh/test_ssh_real_sglang.py",
-})  # fmt: skip
+# The modules that start real SGLang servers, in two units of work of about equal length: each
+# server start is ~20 s of CPU (importing torch, building the model), so three such modules at
+# once held the machine at load 17, and all four on one worker were the suite's longest chain
+# (19 minutes beside a one-core busy loop). Under `--dist loadscope` each unit is one worker's,
+# its modules one after another, while the third worker runs the rest.
+REAL_SGLANG_UNITS = {
+    "tests/realsglang/test_mission.py": "real-sglang-mission",
+    "tests/realsglang/test_teardown.py": "real-sglang-mission",
+    "tests/realsglang/test_attach.py": "real-sglang-attached",
+    "tests/ssh/test_ssh_real_sglang.py": "real-sglang-attached",
+}
 
 
 def _module(nodeid: str) -> str:
@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def key(item: pytest.Item) -> tuple[bool, int, int]:
         module = _module(item.nodeid)
-        return (module not in REAL_SGLANG_MODULES, -LONGEST_MODULES.get(module, 0),
+        return (module not in REAL_SGLANG_UNITS, -LONGEST_MODULES.get(module, 0),
                 first_seen[module])  # fmt: skip
 
     items.sort(key=key)  # stable: within a module, the order pytest collected
@@ -81,17 +81,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``--dist loadscope`` with two changes: the real-SGLang modules are one scope, and scopes
-    go out in collection order (the order above), not reordered by how many tests each has."""
+    """``--dist loadscope`` with two changes: the real-SGLang modules are two scopes
+    (:data:`REAL_SGLANG_UNITS`), and scopes go out in collection order (the order above), not
+    reordered by how many tests each has."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if _module(nodeid) in REAL_SGLANG_MODULES:
-                return "real-sglang"
-            return super()._split_scope(nodeid)
+            unit = REAL_SGLANG_UNITS.get(_module(nodeid))
+            return unit if unit is not None else super()._split_scope(nodeid)
 
     config.option.loadscopereorder = False
     return Scheduling(config, log)

@@ -6,7 +6,8 @@ and sglang-router 0.3.2 (``router.package: sglang-router``, from its own venv: b
 manifest names the router package and its true release, as the router's own interpreter has
 it (package metadata, read here again); the launch line is that package's, with its
 benchmarking settings; round robin holds (the servers' own counters split every layout's
-requests evenly).
+requests evenly). Behind smg the shipped mission is run once for the suite, by
+tests/integration/test_twin_live.py, which holds it to :func:`assert_routed_by` too.
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ LOCAL = ROOT / "clusters" / "local.yaml"
 
 
 
-@pytest.mark.parametrize(("package", "release"), [("smg", ""), ("sglang-router", "0.3.2")])
-def test_the_mission_passes_behind_each_router_and_names_it(
-    tmp_path: Path, package: str, release: str
-) -> None:
-    python = router_python(package, release)
+def test_the_mission_passes_behind_sglang_router_and_names_it(tmp_path: Path) -> None:
+    package = "sglang-router"
+    python = router_python(package, "0.3.2")
     text = LOCAL.read_text(encoding="utf-8")
-    if package != "smg":  # the default (router.package: auto) finds smg in the project's venv
-        old = "router:\n  python: current\n  package: auto"
-        assert old in text
-        text = text.replace(old, f"router:\n  python: {python}\n  package: {package}")
+    old = "router:\n  python: current\n  package: auto"
+    assert old in text
+    text = text.replace(old, f"router:\n  python: {python}\n  package: {package}")
     cluster = tmp_path / "local.yaml"
     cluster.write_text(text, encoding="utf-8")
     out = tmp_path / "out"
@@ -43,9 +41,15 @@ def test_the_mission_passes_behind_each_router_and_names_it(
     done = run_child(argv, cwd=ROOT, timeout_s=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     [run] = list(out.iterdir())
+    assert_routed_by(run, ("tp32", "pp8"), python, package)
+
+
+def assert_routed_by(run: Path, layouts: tuple[str, ...], python: Path, package: str) -> None:
+    """Each layout of ``run`` names ``package`` and the release ``python`` has of it, launched
+    it with its own benchmarking settings, and split the 40 requests evenly by round robin."""
     version = installed_release(python, package)
     module = {"smg": "smg.launch_router", "sglang-router": "sglang_router.launch_router"}[package]
-    for layout in ("tp32", "pp8"):
+    for layout in layouts:
         manifest = json.loads((run / layout / "manifest.json").read_text())
         versions = manifest["versions"]
         assert (versions["router_package"], versions["router_version"]) == (package, version)

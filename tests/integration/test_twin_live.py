@@ -18,6 +18,7 @@ from pytest_kimi.config import load_cluster
 from pytest_kimi.mock import mission
 from pytest_kimi.mock.calibrate import CELLS  # the seed table's twelve cells
 from pytest_kimi.testing.processes import shipped_mission
+from pytest_kimi.testing.realsglang import router_python
 
 pytest_plugins = ["pytester"]
 
@@ -132,3 +133,12 @@ def test_speculation_accepts_more_on_low_entropy_and_decodes_faster(mission_run:
     assert tp32["spec_accept_length"] is None and "mean_tpot_ms" in tp32["by_category"]["mixed"]
     twin = _twin(load_cluster(LOCAL), "tp32-eagle")
     assert eagle["spec_accept_length"] == pytest.approx(twin["spec_accept_length"], rel=TOLERANCE)
+
+
+def test_the_shipped_mission_names_smg_as_its_router(mission_run: Path):
+    """Behind the default router (``router.package: auto``: smg in the project's venv), each
+    layout names smg's true release and launch line (tests/integration/test_router_packages.py
+    holds sglang-router 0.3.2 to the same)."""
+    from test_router_packages import assert_routed_by
+
+    assert_routed_by(mission_run, ("tp32", "pp8", "tp32-cp4k"), router_python("smg", ""), "smg")

@@ -34,10 +34,16 @@ def _attach(deployment, out: Path, *args: str, cluster: Path = CLUSTER):
     return done, runs[0] if runs else None
 
 
-def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, router, tmp_path):
+@pytest.fixture(scope="module")
+def routed(real_deployment, tmp_path_factory):
+    """One attached run through the router, its metrics port given: (result, run folder)."""
+    out = tmp_path_factory.mktemp(f"routed-{real_deployment.version}")
+    return _attach(real_deployment, out, f"--kimi-router-metrics={real_deployment.metrics_url}")
+
+
+def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, router, routed):
     version = real_deployment.version
-    done, run = _attach(real_deployment, tmp_path,
-                        f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
+    done, run = routed
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
     manifest = json.loads((run / "tp1" / "manifest.json").read_text())
     attached = manifest["attached"]
@@ -63,9 +69,8 @@ def test_an_attached_run_describes_the_endpoint_it_measured(real_deployment, rou
         assert f"smg {metadata.version('smg')}" not in md
 
 
-def test_an_attached_run_splits_requests_by_the_workers_counters(real_deployment, tmp_path):
-    done, run = _attach(real_deployment, tmp_path,
-                        f"--kimi-router-metrics={real_deployment.metrics_url}")  # fmt: skip
+def test_an_attached_run_splits_requests_by_the_workers_counters(routed):
+    done, run = routed
     assert done.returncode == 0, done.stdout[-5000:]
     summary = json.loads((run / "tp1" / "summary.json").read_text())
     counters = summary["replica_counters"]
@@ -102,21 +107,21 @@ def test_a_run_in_which_every_request_fails_fails_the_workload_test(real_deploym
     assert all(r["error"] for r in records)  # each kept with the server's reason
 
 
+@pytest.fixture(scope="module")
+def openai_on_a_server(real_deployment, tmp_path_factory):
+    """One attached run of both OpenAI APIs against a server itself: (result, run folder)."""
+    out = tmp_path_factory.mktemp(f"openai-{real_deployment.version}")
+    return _attach_to(real_deployment.servers[0].url, out, "--kimi-api=completions,chat")
+
+
 @pytest.mark.parametrize("api", ["completions", "chat"])
-def test_openai_streams_place_every_token_where_each_chunk_is_counted(
-    real_deployment, tmp_path, api
-):
+def test_openai_streams_place_every_token_where_each_chunk_is_counted(openai_on_a_server, api):
     # attached to a server itself (no router between): continuous_usage_stats reaches it,
     # so every token of a merged chunk, and every token without text, is placed
-    server = real_deployment.servers[0]
-    argv = pytest_argv(
-        "tests/perf", "--cluster", str(CLUSTER), "--layout=tp1", f"--kimi-endpoint={server.url}",
-        f"--kimi-api={api}", f"--kimi-report-dir={tmp_path}", "-p", "no:cacheprovider",
-    )  # fmt: skip
-    done = run_child(argv, cwd=ROOT, timeout_s=600)
+    done, run = openai_on_a_server
     assert done.returncode == 0, done.stdout[-5000:]
-    [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
-    records = [json.loads(x) for x in (run / "tp1" / "records.jsonl").read_text().splitlines()]
+    lines = (run / "tp1" / api / "records.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
     measured = [r for r in records if not r["warmup"]]
     assert len(measured) == 16
     for r in measured:

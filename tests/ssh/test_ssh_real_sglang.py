@@ -1,11 +1,13 @@
 """The mission on real SGLang over SSH: every node its own host (an SSH test host in its own
-network namespace), servers started by fabric, TP2 spanning two hosts.
+network namespace), servers started by fabric, each TP2 replica spanning two hosts.
 
 What the local CPU cluster cannot show: a replica's two ranks on two machines meeting at the
 ``--dist-init-addr`` of the head's data address, their Gloo traffic on the interface the
 cluster file names (``network.interface`` -> ``GLOO_SOCKET_IFNAME``), and nothing left on any
 host afterwards. One version (0.5.23, what users run today); tests/realsglang covers both
-locally.
+locally. A one-host replica over SSH adds nothing a real server would show: TP1 runs on real
+SGLang locally (tests/realsglang/test_mission.py) and over SSH on the mock
+(tests/ssh/test_ssh_deploy.py), and each real server start costs ~20 s of CPU.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def _flags() -> dict[str, object]:
     return args
 
 
-def test_tp1_and_tp2_on_real_sglang_over_ssh_leave_nothing(ssh_hosts, tmp_path: Path) -> None:
+def test_tp2_replicas_span_two_hosts_on_real_sglang_over_ssh_and_leave_nothing(
+    ssh_hosts, tmp_path: Path
+) -> None:
     python = install(VERSION)
     cluster = _cluster_yaml(ssh_hosts, tmp_path / "cluster.yaml")
     data = yaml.safe_load(cluster.read_text())
@@ -49,7 +53,6 @@ def test_tp1_and_tp2_on_real_sglang_over_ssh_leave_nothing(ssh_hosts, tmp_path: 
         node["gpus"] = 1  # a rank's slot per host
     data["deployment"] = {"replicas": 2, "nodes_per_replica": 1}
     data["layouts"] = {
-        "tp1": {"tp": 1, "nodes": [n["name"] for n in data["nodes"][:2]]},
         "tp2": {"tp": 2, "nodes_per_replica": 2,
                 "nodes": [n["name"] for n in data["nodes"][4:8]],
                 "env": {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}},
@@ -58,8 +61,7 @@ def test_tp1_and_tp2_on_real_sglang_over_ssh_leave_nothing(ssh_hosts, tmp_path: 
         python=str(python), module="sglang.launch_server", model_path=str(MODEL_DIR),
         args=_flags(), env={**CPU_ENV, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
     )  # fmt: skip
-    data["router"]["node"] = data["nodes"][0]["name"]
-    data["layouts"]["tp2"]["router"] = {"node": data["nodes"][4]["name"]}
+    data["router"]["node"] = data["nodes"][4]["name"]
     data["network"] = {"interface": "eth0"}  # Gloo between the hosts on their data network
     data["workload"] = {
         "dataset": str(ROOT / "clusters" / "cpu-sglang-prompts.jsonl"), "num_requests": 8,
@@ -72,7 +74,7 @@ def test_tp1_and_tp2_on_real_sglang_over_ssh_leave_nothing(ssh_hosts, tmp_path: 
     data["preflight"] = {"enabled": False}
     cluster.write_text(yaml.safe_dump(data, sort_keys=False))
 
-    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp1,tp2")
+    done = _run_in_hub(ssh_hosts, tmp_path, cluster, "--layout=tp2")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     _assert_no_processes(ssh_hosts)
     [run] = list((tmp_path / "out").iterdir())
@@ -86,9 +88,8 @@ def test_tp1_and_tp2_on_real_sglang_over_ssh_leave_nothing(ssh_hosts, tmp_path: 
             assert f"--dist-init-addr {head.address}:" in command, command
             assert "GLOO_SOCKET_IFNAME=eth0" in command and "--nnodes 2" in command
     assert {n.get("sglang_server_version") for n in tp2["nodes"]} >= {VERSION}
-    for layout in ("tp1", "tp2"):
-        summary = json.loads((run / layout / "summary.json").read_text())
-        assert summary["completed"] == 8 and summary["failed"] == 0, layout
-        split = [c["requests"] for c in summary["replica_counters"].values()]
-        assert sum(split) == 8 and min(split) > 0, (layout, split)
+    summary = json.loads((run / "tp2" / "summary.json").read_text())
+    assert summary["completed"] == 8 and summary["failed"] == 0
+    split = [c["requests"] for c in summary["replica_counters"].values()]
+    assert sum(split) == 8 and min(split) > 0, split
     assert_no_standin_calls(run.glob("*/logs/*.log"))
