@@ -4,6 +4,12 @@ Direction-aware (latency up or throughput down is a regression) and noise-aware:
 regression must exceed its threshold AND its 95% bootstrap interval must exclude zero, so 40
 noisy requests do not page anyone; throughputs (one number per run) are judged on the
 threshold alone. Pure functions over plain data plus the two file operations.
+
+At a confidence ``C`` (``--kimi-confidence``) the verdict has three values, as an SLO's does
+(:mod:`pytest_kimi.results.slo`): the bootstrap bounds of the change, each one-sided at ``C``,
+against the threshold. All of the interval over it: failed; all of it at or under: passed;
+straddling it: undecided, never a coin toss. A throughput, one figure per run, has no interval:
+its point comparison decides, and its message says so.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class Judgement:
     threshold: float
     ci_low: float | None = None
     ci_high: float | None = None
+    confidence: float | None = None  # --kimi-confidence: bounds one-sided at it, three values
 
     @property
     def change(self) -> float:
@@ -40,29 +47,81 @@ class Judgement:
         return -raw if catalogue.metric(self.metric).higher_is_better else raw
 
     @property
-    def beyond_noise(self) -> bool:
-        """For latencies: the bootstrap interval of the change lies wholly on the worse side."""
-        if self.ci_low is None:
-            return True  # no per-request samples (throughputs): the threshold alone decides
-        return self.ci_low > 0
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or (at a confidence) ``undecided``."""
+        return gate_outcome(self.change, self.threshold, self.interval, self.confidence)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.ci_low is None or self.ci_high is None else (self.ci_low,
+                                                                         self.ci_high)
 
     @property
     def regressed(self) -> bool:
-        if math.isnan(self.change):
-            return True  # a metric we can no longer measure is not a pass
-        return self.change > self.threshold and self.beyond_noise
+        return self.outcome == "failed"
 
     def message(self) -> str:
         worse = "worse" if self.change > 0 else "better"
-        ci = ""
-        if self.ci_low is not None:
-            ci = f", 95% interval of the change [{self.ci_low:+.1%}, {self.ci_high:+.1%}]"
-        verdict = "REGRESSION" if self.regressed else "ok"
+        ci = interval_words(self.interval, self.confidence, self.outcome, self.threshold)
         return (
-            f"{verdict}: {self.layout} {self.metric} {self.current:.4g} vs baseline "
-            f"{self.baseline:.4g} ({abs(self.change):.1%} {worse}; threshold "
+            f"{VERDICT_WORDS[self.outcome]}: {self.layout} {self.metric} {self.current:.4g} vs "
+            f"baseline {self.baseline:.4g} ({abs(self.change):.1%} {worse}; threshold "
             f"{self.threshold:.0%}{ci})"
         )
+
+
+VERDICT_WORDS = {"passed": "ok", "failed": "REGRESSION", "undecided": "UNDECIDED"}
+
+
+def gate_outcome(
+    change: float,
+    limit: float,
+    interval: tuple[float, float] | None,
+    confidence: float | None,
+) -> str:
+    """A regression verdict from the change (positive: worse), the limit it may not exceed,
+    and the bootstrap interval of the change where the metric has per-request values.
+
+    Without a confidence: failed when the change exceeds the limit and its interval (95%,
+    two-sided) lies wholly on the worse side (beyond noise). At a confidence: failed when the
+    interval's lower bound exceeds the limit, passed when its upper bound does not, undecided
+    between; without an interval the point change decides."""
+    if math.isnan(change):
+        return "failed"  # a metric we can no longer measure is not a pass
+    if interval is None:
+        return "failed" if change > limit else "passed"
+    low, high = interval
+    if confidence is None:
+        return "failed" if change > limit and low > 0 else "passed"
+    if low > limit:
+        return "failed"
+    return "passed" if high <= limit else "undecided"
+
+
+def bootstrap_level(confidence: float | None) -> float:
+    """The two-sided level of a change's bootstrap interval: each side one-sided at the
+    confidence (``2C - 1``); 95% where none is set."""
+    return 0.95 if confidence is None else 2 * confidence - 1
+
+
+def interval_words(
+    interval: tuple[float, float] | None,
+    confidence: float | None,
+    outcome: str,
+    limit: float,
+    lead: str = ", ",
+) -> str:
+    """The interval of a change as a message's clause after ``lead`` (empty without one)."""
+    if interval is None:
+        return f"{lead}one figure per run: no interval" if confidence is not None else ""
+    low, high = interval
+    if confidence is None:
+        return f"{lead}95% interval of the change [{low:+.1%}, {high:+.1%}]"
+    text = f"{lead}{confidence:.0%} bounds of the change [{low:+.1%}, {high:+.1%}]"
+    if outcome == "undecided":
+        text += (f" straddle the limit {limit:+.1%}: more requests (--kimi-until-decided) or "
+                 "repeats would decide it")  # fmt: skip
+    return text
 
 
 def judge(
@@ -73,8 +132,10 @@ def judge(
     current: Mapping[str, Any],
     *,
     seed: int = 0,
+    confidence: float | None = None,
 ) -> Judgement:
-    """Compare one metric; ``baseline``/``current`` are a layout's snapshot entries."""
+    """Compare one metric; ``baseline``/``current`` are a layout's snapshot entries;
+    ``confidence``: ``--kimi-confidence`` (None: the plain comparison)."""
     base_value = _value(baseline, metric)
     cur_value = _value(current, metric)
     m = catalogue.metric(metric)
@@ -82,10 +143,12 @@ def judge(
         prefix, stat = m.prefix, m.stat
         a = baseline.get("samples", {}).get(prefix) or []
         b = current.get("samples", {}).get(prefix) or []
-        ci = bootstrap_delta(a, b, stat, seed=seed)
+        ci = bootstrap_delta(a, b, stat, seed=seed, confidence=bootstrap_level(confidence))
         if ci is not None:
-            return Judgement(layout, metric, base_value, cur_value, threshold, ci.low, ci.high)
-    return Judgement(layout, metric, base_value, cur_value, threshold)
+            low, high = (-ci.high, -ci.low) if m.higher_is_better else (ci.low, ci.high)
+            return Judgement(layout, metric, base_value, cur_value, threshold, low, high,
+                             confidence)  # fmt: skip
+    return Judgement(layout, metric, base_value, cur_value, threshold, confidence=confidence)
 
 
 def _value(entry: Mapping[str, Any], metric: str) -> float:

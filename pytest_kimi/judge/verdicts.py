@@ -79,7 +79,8 @@ def regression(inputs: Inputs, result: LayoutResult, metric: str) -> baseline_mo
             f"the baseline's {result.case} ran another workload ({changed}): judge it with the "
             "same workload settings, or save a new baseline with --kimi-save-baseline"
         )
-    return baseline_mod.judge(result.case, metric, inputs.thresholds[metric], saved, current)
+    return baseline_mod.judge(result.case, metric, inputs.thresholds[metric], saved, current,
+                              confidence=inputs.confidence)  # fmt: skip
 
 
 def history_regression(
@@ -106,7 +107,8 @@ def history_regression(
     m = metric_of(metric)
     samples = entry["samples"].get(m.prefix, []) if m.per_request else []
     figure = Tonight(tonight, entry["metrics"].get(metric), samples)
-    return judge_series(result.case, metric, series, figure, inputs.thresholds[metric])
+    return judge_series(result.case, metric, series, figure, inputs.thresholds[metric],
+                        confidence=inputs.confidence)  # fmt: skip
 
 
 def gate_history(inputs: Inputs) -> History | None:

@@ -176,17 +176,30 @@ def kimi_max_concurrency(kimi_session: Run, kimi_layout: Layout, kimi_endpoint: 
 
 @pytest.fixture
 def kimi_regression(
-    kimi_session: Run, kimi_layout: Layout, kimi_point: Point, kimi_result: LayoutResult
+    kimi_session: Run,
+    kimi_layout: Layout,
+    kimi_point: Point,
+    kimi_result: LayoutResult,
+    record_property: Callable[[str, object], None],
 ) -> Callable[[str], Judgement]:
     """Judge one metric of this layout against ``--kimi-baseline``, or with ``--kimi-gate
-    history`` against its series in the history: ``kimi_regression(name)``."""
+    history`` against its series in the history: ``kimi_regression(name)``. The verdict goes
+    into this test's JUnit properties: ``gate_outcome`` (passed, failed, undecided) and, where
+    the metric has per-request values, ``gate_lower`` / ``gate_upper`` (the bootstrap bounds of
+    the change, positive is worse) and ``gate_confidence``."""
     from pytest_kimi.judge.history.store import HistoryError
     from pytest_kimi.results.baselinefile import BaselineError
 
     def judge(metric: str) -> Any:
         try:
-            return kimi_session.judge(kimi_layout, metric, kimi_point)
+            judgement = kimi_session.judge(kimi_layout, metric, kimi_point)
         except (BaselineError, HistoryError) as exc:
             pytest.fail(str(exc), pytrace=False)
+        record_property("gate_outcome", judgement.outcome)
+        if judgement.interval is not None:
+            record_property("gate_lower", round(judgement.interval[0], 6))
+            record_property("gate_upper", round(judgement.interval[1], 6))
+            record_property("gate_confidence", judgement.confidence or 0.95)
+        return judgement
 
     return judge

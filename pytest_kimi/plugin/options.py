@@ -81,8 +81,9 @@ def add_run_options(group: pytest.OptionGroup) -> None:
         dest="kimi_confidence",
         default=None,
         metavar="C",
-        help="judge each SLO by its bounds at confidence C (e.g. 0.95): passed, failed or "
-        "undecided (default: the cluster file's slo.confidence, else the measured value alone)",
+        help="judge each SLO and regression gate by its bounds at confidence C (e.g. 0.95): "
+        "passed, failed or undecided (default: the cluster file's slo.confidence, else the "
+        "measured value alone)",
     )
     group.addoption(
         "--kimi-until-decided", dest="kimi_until_decided", nargs="?", const=400, type=int,
@@ -93,7 +94,7 @@ def add_run_options(group: pytest.OptionGroup) -> None:
     )  # fmt: skip
     group.addoption(
         "--kimi-undecided", dest="kimi_undecided", default=None, choices=("pass", "fail", "xfail"),
-        help="what an undecided SLO test does (default: fail, so CI never passes on a coin toss)",
+        help="what an undecided SLO or gate test does (default: fail: never green on a coin toss)",
     )  # fmt: skip
     group.addoption(
         "--kimi-endpoint",

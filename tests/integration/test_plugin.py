@@ -343,11 +343,19 @@ def test_baseline_gate_passes_against_itself_and_fails_on_a_forced_regression(
         "mock: {time_scale: 400, seed: 3, profile: {step_overhead_ms: 40}}",
     )  # every step of the model 30 ms slower: a real TPOT regression
     project.makefile(".yaml", cluster=slower)
+    # at a confidence: the change's bounds, each one-sided at 95%, all over the threshold
     regressed = project.runpytest_subprocess(*common, "--kimi-baseline=base.json",
-                                             "--kimi-fail=tpot_mean:5%")  # fmt: skip
+                                             "--kimi-fail=tpot_mean:5%", "--kimi-confidence=0.95",
+                                             "--junitxml=gate.xml")  # fmt: skip
     regressed.stdout.fnmatch_lines(["*test_no_regression?deep-tpot_mean? FAILED*"])
-    regressed.stdout.fnmatch_lines(["*REGRESSION: deep tpot_mean*worse; threshold 5%*"])
+    regressed.stdout.fnmatch_lines(["*REGRESSION: deep tpot_mean*worse; threshold 5%, 95% "
+                                    "bounds of the change [[]+*"])  # fmt: skip
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED
+    [case] = [c for c in ET.parse(project.path / "gate.xml").iter("testcase")
+              if c.get("name") == "test_no_regression[deep-tpot_mean]"]  # fmt: skip
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["gate_outcome"] == "failed" and props["gate_confidence"] == "0.95"
+    assert float(props["gate_lower"]) > 0.05  # the whole interval over the 5% threshold
 
     # a baseline timed from the send (as before workload.clock_start) is not compared with a
     # run timed from the request: the gate says so instead of judging unlike numbers

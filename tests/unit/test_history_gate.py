@@ -314,3 +314,20 @@ def test_the_noise_is_not_guessed_from_a_few_runs() -> None:
     assert noise([60.0, 60.5, 60.2, 60.9, 60.1, 60.4]) is not None
     three = gate([60.0, 60.1, 59.9], 62.5)  # 4% worse, no spread known: the 5% threshold
     assert not three.regressed and three.noise is None and three.limit == TPOT_THRESHOLD
+
+
+def test_at_a_confidence_tonight_is_passed_failed_or_undecided_against_its_level() -> None:
+    history = [60.0, 60.06] * 6  # a quiet series: the 5% threshold is the limit
+
+    def at(level: float, spread: float, seed: int) -> SeriesJudgement:
+        requests = list(np.random.default_rng(seed).normal(level, spread * level, 40))
+        return judge_series("tp32", "tpot_mean", entries(history), Tonight(run(999), level,
+                            requests), TPOT_THRESHOLD, confidence=0.95)  # fmt: skip
+
+    assert at(60.0, 0.05, 1).outcome == "passed"  # bounds within +-2%: under the limit
+    slower = at(70.0, 0.05, 2)  # +17%: all of the bounds over 5%
+    assert slower.outcome == "failed" and slower.regressed and slower.ci[0] > slower.limit
+    near = at(63.0, 0.10, 3)  # +5%: the bounds straddle the limit
+    assert near.ci[0] < near.limit < near.ci[1] and near.outcome == "undecided"
+    assert near.message().startswith("UNDECIDED: tp32 tpot_mean") and "straddle" in near.message()
+    assert not near.regressed

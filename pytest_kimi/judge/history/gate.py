@@ -21,7 +21,13 @@ than that is the level. A single very bad night fails that night (one run cannot
 from an outlier); if the next night is back at the level, the bad one was an outlier: its median
 moves nothing and it is never a change point. A failure names the run where the change starts
 and what the history records as changed between it and the run before (commit, versions, cluster
-file)."""
+file).
+
+At a confidence ``C`` (``--kimi-confidence``) the verdict has three values
+(:func:`pytest_kimi.judge.baseline.gate_outcome`): tonight's bootstrap bounds of the change,
+each one-sided at ``C``, wholly over the limit: failed; wholly at or under it: passed;
+straddling it: undecided. The two-night rule and a throughput (no per-request values) decide
+on their figures, as without a confidence."""
 
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_kimi.judge.baseline import VERDICT_WORDS, bootstrap_level, gate_outcome, interval_words
 from pytest_kimi.judge.history.changes import relative_worse
 from pytest_kimi.judge.history.store import RunRecord, SeriesEntry
 from pytest_kimi.judge.history.trend import Trend, limit_of
@@ -70,19 +77,29 @@ class SeriesJudgement:
     worse: float  # tonight against the reference, signed so that positive is worse
     start: RunRecord | None = None  # a regression: the run where it starts
     previous: RunRecord | None = None  # the run before ``start``
-    ci: tuple[float, float] | None = None  # latencies: 95% bootstrap interval of ``worse``
+    ci: tuple[float, float] | None = None  # latencies: bootstrap interval of ``worse``
     ongoing: bool = False  # the history already held the change before tonight
     tonight: bool = False  # the change starts with this run
     nights: int = 1  # 2: judged with the night before (their mean beyond the two-night limit)
+    confidence: float | None = None  # --kimi-confidence: ``ci`` one-sided at it, three values
+
+    @property
+    def outcome(self) -> str:
+        """``passed``, ``failed`` or (at a confidence) ``undecided``."""
+        if math.isnan(self.current):
+            return "failed"  # a metric we can no longer measure is not a pass
+        if math.isnan(self.reference):
+            return "passed"  # nothing to judge against yet
+        interval = self.ci if self.nights == 1 else None  # two nights: their figures decide
+        return gate_outcome(self.worse, self.limit, interval, self.confidence)
 
     @property
     def regressed(self) -> bool:
-        if math.isnan(self.current):
-            return True  # a metric we can no longer measure is not a pass
-        if math.isnan(self.reference):
-            return False  # nothing to judge against yet
-        beyond_noise = self.ci is None or self.ci[0] > 0
-        return self.worse > self.limit and beyond_noise
+        return self.outcome == "failed"
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return self.ci
 
     def message(self) -> str:
         if math.isnan(self.current):
@@ -90,13 +107,11 @@ class SeriesJudgement:
         if math.isnan(self.reference):
             return (f"ok: {self.case} {self.metric} {self.current:.4g}: the first run of this "
                     "experiment in the history, nothing to judge against yet")  # fmt: skip
-        verdict = "REGRESSION" if self.regressed else "ok"
+        verdict = VERDICT_WORDS[self.outcome]
         worse = "worse" if self.worse > 0 else "better"
         spread = (f"run-to-run noise {self.noise:.1%}" if self.noise is not None
                   else "noise not known yet (under 6 runs)")  # fmt: skip
-        ci = ""
-        if self.ci is not None:
-            ci = f"; 95% interval of the change [{self.ci[0]:+.1%}, {self.ci[1]:+.1%}]"
+        ci = interval_words(self.ci, self.confidence, self.outcome, self.limit, lead="; ")
         limit = f"{self.limit:.1%}" + (" for the mean of tonight and the night before"
                                        if self.nights == 2 else "")  # fmt: skip
         text = (
@@ -145,15 +160,17 @@ def judge_series(
     threshold: float,
     *,
     seed: int = 0,
+    confidence: float | None = None,
 ) -> SeriesJudgement:
     """Tonight's ``metric`` against ``series`` (the history's runs of this experiment, oldest
     first; the last :data:`WINDOW` of them); ``threshold`` is the metric's ``--kimi-fail``
-    threshold."""
+    threshold; ``confidence``: ``--kimi-confidence`` (None: the plain comparison)."""
     m = catalogue.metric(metric)
     current = math.nan if tonight.value is None else float(tonight.value)
     trend = Trend.of(case, metric, series[-WINDOW:], threshold)
     if not trend.entries or math.isnan(current):
-        return SeriesJudgement(case, metric, current, math.nan, 0, threshold, None, math.nan)
+        return SeriesJudgement(case, metric, current, math.nan, 0, threshold, None, math.nan,
+                               confidence=confidence)  # fmt: skip
     values, levels = trend.values, trend.levels
     # the reference: the oldest level that every later one is worse than (a change not yet
     # fixed or accepted, however many came after it), else the current one
@@ -168,7 +185,8 @@ def judge_series(
     worse = relative_worse(reference, current, m.higher_is_better)
     ci = None
     if m.per_request:
-        interval = bootstrap_against(tonight.samples, reference, m.stat, seed=seed)
+        interval = bootstrap_against(tonight.samples, reference, m.stat, seed=seed,
+                                     confidence=bootstrap_level(confidence))  # fmt: skip
         if interval is not None:
             low, high = interval
             ci = (-high, -low) if m.higher_is_better else (low, high)
@@ -192,5 +210,5 @@ def judge_series(
     return SeriesJudgement(
         case, metric, current, reference, end - first, limit, trend.noise, worse,
         start=runs[start], previous=runs[start - 1], ci=ci, ongoing=ongoing,
-        tonight=start == len(values), nights=nights,
+        tonight=start == len(values), nights=nights, confidence=confidence,
     )  # fmt: skip
