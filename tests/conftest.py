@@ -18,32 +18,32 @@ def _children_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-# Seconds each of the longest modules took on two workers beside a one-core busy loop
-# (2026-12-06, `--durations`). Under `--dist loadscope` the workers take modules in collection
-# order (see pytest_xdist_make_scheduler); longest first (the LPT rule) keeps one worker from
-# running a long module alone at the end. Only the order depends on these figures: refresh them
-# when a module's time changes by minutes.
+# Seconds each of the longest modules took on three workers beside a one-core busy loop
+# (2026-12-07, a fresh clone's `.ci/run`). Under `--dist loadscope` the workers take modules in
+# collection order (see pytest_xdist_make_scheduler); longest first (the LPT rule) keeps one
+# worker from running a long module alone at the end. Only the order depends on these figures:
+# refresh them when a module's time changes by minutes.
 LONGEST_MODULES = {
-    "tests/realsglang/test_mission.py": 327,
-    "tests/realsglang/test_attach.py": 230,
-    "tests/ssh/test_slurm_deploy.py": 184,
-    "tests/ssh/test_ssh_real_sglang.py": 159,
-    "tests/ssh/test_ssh_outages.py": 147,
-    "tests/integration/test_plugin.py": 145,
-    "tests/integration/test_reliability.py": 133,
-    "tests/integration/test_router_packages.py": 120,
-    "tests/ssh/test_ssh_deploy.py": 99,
-    "tests/ssh/test_ssh_containers.py": 87,
-    "tests/integration/test_open_loop.py": 70,
-    "tests/conformance/test_mock_vs_sglang.py": 64,
-    "tests/ssh/test_ssh_leftovers.py": 64,
-    "tests/integration/test_twin_live.py": 63,
-    "tests/realsglang/test_teardown.py": 61,
-    "tests/integration/test_telemetry_mission.py": 61,
-    "tests/ssh/test_ssh_bastion.py": 56,
-    "tests/conformance/test_real_parsers.py": 45,
-    "tests/integration/test_client_accuracy.py": 43,
-    "tests/integration/test_history_run.py": 38,
+    "tests/realsglang/test_mission.py": 575,
+    "tests/realsglang/test_attach.py": 324,
+    "tests/ssh/test_slurm_deploy.py": 318,
+    "tests/integration/test_plugin.py": 314,
+    "tests/ssh/test_ssh_outages.py": 276,
+    "tests/ssh/test_ssh_real_sglang.py": 167,
+    "tests/integration/test_reliability.py": 165,
+    "tests/ssh/test_ssh_deploy.py": 129,
+    "tests/ssh/test_ssh_containers.py": 120,
+    "tests/conformance/test_mock_vs_sglang.py": 105,
+    "tests/integration/test_twin_live.py": 93,
+    "tests/ssh/test_ssh_leftovers.py": 79,
+    "tests/realsglang/test_teardown.py": 73,
+    "tests/ssh/test_ssh_bastion.py": 70,
+    "tests/integration/test_telemetry_mission.py": 57,
+    "tests/conformance/test_real_parsers.py": 49,
+    "tests/integration/test_history_run.py": 47,
+    "tests/integration/test_open_loop.py": 42,
+    "tests/integration/test_router_packages.py": 42,
+    "tests/integration/test_client_accuracy.py": 41,
 }
 
 # The modules that start real SGLang servers, in two units of work of about equal length: each

@@ -121,6 +121,24 @@ def test_versions_are_probed_after_the_process_setup_lines(tmp_path):
     assert router_version(LocalExecutor(), spec) == "smg 8.8.8"
 
 
+def test_a_release_its_files_state_is_read_without_importing_the_package(tmp_path):
+    """SGLang's ``_version.py`` assigns its release a literal (``__version__ = version =
+    '0.5.23'``): read from the package found on the process's path, never imported (importing
+    SGLang 0.5.23 takes 5 s of CPU); a package whose ``__version__`` is computed is imported."""
+    found_only = tmp_path / "sglang"
+    found_only.mkdir()
+    (found_only / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (found_only / "_version.py").write_text("__version__: str\n__version__ = version = '9.9.9'\n")
+    computed = tmp_path / "torch"
+    computed.mkdir()
+    (computed / "__init__.py").write_text("__version__ = '.'.join(['1', '2', '3'])\n")
+    spec = ProcessSpec("server", NODE, (sys.executable, "-m", "sglang.launch_server"),
+                       {"PYTHONPATH": str(tmp_path)})  # fmt: skip
+    found = software(LocalExecutor(), spec, [sys.executable], packages=("sglang", "torch"))
+    assert isinstance(found, dict), found
+    assert found["sglang"] == "9.9.9" and found["torch"] == "1.2.3"
+
+
 def test_a_failed_version_probe_says_why_and_never_raises():
     spec = ProcessSpec("router", NODE, ("/nonexistent/python", "-m", "smg.launch_router"))
     said = router_version(LocalExecutor(), spec)
