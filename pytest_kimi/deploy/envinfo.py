@@ -38,8 +38,8 @@ from importlib import metadata, util
 out = {"python": platform.python_version(), "executable": sys.executable}
 first = %r
 stated = re.compile(
-    r"^__version__\\s*(?::[^=]*)?=\\s*(?:\\w+\\s*=\\s*)?"
-    r"['\\"]([^'\\"]+)['\\"]\\s*(?:#.*)?$", re.M)
+    r"^__version__[ \\t]*(?::[^=\\n]*)?=[ \\t]*(?:\\w+[ \\t]*=[ \\t]*)?"
+    r"['\\"]([^'\\"\\n]+)['\\"][ \\t]*(?:#.*)?$", re.M)
 def literal(name):
     spec = util.find_spec(name)
     for where in (spec.submodule_search_locations or []) if spec else []:

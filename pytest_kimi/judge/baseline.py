@@ -119,8 +119,8 @@ def interval_words(
         return f"{lead}95% interval of the change [{low:+.1%}, {high:+.1%}]"
     text = f"{lead}{confidence:.0%} bounds of the change [{low:+.1%}, {high:+.1%}]"
     if outcome == "undecided":
-        text += (f" straddle the limit {limit:+.1%}: more requests (--kimi-until-decided) or "
-                 "repeats would decide it")  # fmt: skip
+        text += (f" straddle the limit {limit:+.1%}: more requests per run would decide "
+                 "it")  # fmt: skip
     return text
 
 

@@ -19,8 +19,9 @@ import httpx
 
 @functools.cache
 def tls() -> ssl.SSLContext:
-    """The process's verifying TLS context (httpx's defaults: certifi's CA bundle)."""
-    return httpx.create_ssl_context()
+    """The process's verifying TLS context: certifi's CA bundle, as httpx's clients with
+    ``trust_env=False`` use (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` are not read)."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def client(**options: Any) -> httpx.Client:

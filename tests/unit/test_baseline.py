@@ -92,9 +92,10 @@ def test_at_a_confidence_a_change_is_passed_failed_or_undecided_by_its_bounds():
     assert not near.regressed
     assert near.message().startswith("UNDECIDED: tp32 tpot_mean")
     assert "95% bounds of the change" in near.message() and "straddle the limit" in near.message()
-    # without a confidence the same change is today's point comparison, beyond noise
+    # without a confidence: the point comparison, beyond noise (never undecided)
     plain = judge("tp32", "tpot_mean", 0.10, base, _entry(rng.normal(88, 8, 40), 85.0))
-    assert plain.outcome in ("passed", "failed") and plain.confidence is None
+    assert plain.regressed == (plain.change > 0.10 and plain.ci_low > 0)
+    assert plain.outcome == ("failed" if plain.regressed else "passed")
 
 
 def test_at_a_confidence_a_throughput_is_judged_on_its_one_figure_and_says_so():

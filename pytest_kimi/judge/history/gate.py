@@ -90,7 +90,9 @@ class SeriesJudgement:
             return "failed"  # a metric we can no longer measure is not a pass
         if math.isnan(self.reference):
             return "passed"  # nothing to judge against yet
-        interval = self.ci if self.nights == 1 else None  # two nights: their figures decide
+        # at a confidence the two-night rule decides on the two nights' figures
+        two_nights = self.nights == 2 and self.confidence is not None
+        interval = None if two_nights else self.ci
         return gate_outcome(self.worse, self.limit, interval, self.confidence)
 
     @property
