@@ -166,6 +166,7 @@ def load_inputs(options: Options, dry_run: bool = False) -> Inputs:
         )
     if options.endpoint and not dry_run:
         check_endpoint(options.endpoint)
+    check_repeat(options)
     return Inputs(
         options, cluster, layouts, slos, workload, thresholds, baseline, run_points, prompts,
         configs, confidence, batches,
@@ -296,6 +297,23 @@ def check_until_decided(
         if most <= wl.num_requests:
             raise UsageProblem(f"--kimi-until-decided {most}: the most requests must be more "
                                f"than the {wl.num_requests} planned")  # fmt: skip
+
+
+def check_repeat(options: Options) -> None:
+    """``--kimi-repeat N`` is a count of runs; ``--kimi-repeat-fresh`` repeats them on new
+    deployments of ours; repeats and ``--kimi-until-decided`` answer different questions."""
+    if options.repeat < 1:
+        raise UsageProblem(f"--kimi-repeat {options.repeat}: give a number of runs, 1 or more")
+    if options.repeat_fresh and options.repeat < 2:
+        raise UsageProblem("--kimi-repeat-fresh brings the layout up again for each later "
+                           "run: give --kimi-repeat N with N >= 2")  # fmt: skip
+    if options.repeat_fresh and options.endpoint:
+        raise UsageProblem("--kimi-repeat-fresh tears down and brings up the deployment: an "
+                           "attached one (--kimi-endpoint) is not ours to restart")  # fmt: skip
+    if options.repeat > 1 and options.until_decided is not None:
+        raise UsageProblem("--kimi-repeat and --kimi-until-decided: choose one (repeats "
+                           "measure the run-to-run spread of a point, --kimi-until-decided "
+                           "grows one run until its SLOs are decided)")  # fmt: skip
 
 
 def check_gate(options: Options, cluster: ClusterConfig) -> None:

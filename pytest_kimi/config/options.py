@@ -51,6 +51,8 @@ class Options:
     confidence: str | None = None  # --kimi-confidence: over the cluster file's slo.confidence
     undecided: str = "fail"  # --kimi-undecided: what an undecided SLO test does
     until_decided: int | None = None  # --kimi-until-decided: the most requests per point
+    repeat: int = 1  # --kimi-repeat: runs of each point
+    repeat_fresh: bool = False  # --kimi-repeat-fresh: a new deployment for each repeat
 
     def sweep(self) -> dict[str, str]:
         """The workload settings the command line gives (setting -> its comma list)."""

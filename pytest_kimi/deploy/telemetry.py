@@ -203,7 +203,12 @@ def point_telemetry(path: Path, records: list[RequestRecord]) -> TelemetrySummar
 def _measured(
     series: TelemetrySeries, records: list[RequestRecord]
 ) -> tuple[tuple[float, float] | None, TelemetrySummary | None]:
-    """The measured span of ``records`` in the samples, and the figures over it."""
+    """The measured span of ``records`` in the samples, and the figures over it. A point
+    measured in several runs (``--kimi-repeat``): its last run's (a fresh deployment's samples
+    hold that run alone; the pauses between runs on a kept one are no run's)."""
+    last = max((r.repeat for r in records if r.repeat is not None), default=None)
+    if last is not None:
+        records = [r for r in records if r.repeat == last]
     span = measured_span(records, series)
     if span is None:
         return None, None

@@ -10,6 +10,11 @@ At a confidence ``C`` (``--kimi-confidence``) the verdict has three values, as a
 against the threshold. All of the interval over it: failed; all of it at or under: passed;
 straddling it: undecided, never a coin toss. A throughput, one figure per run, has no interval:
 its point comparison decides, and its message says so.
+
+Repeated runs (``--kimi-repeat``, on either side): each side's figure is its runs' mean, and
+the interval of the change is the runs' t interval (:func:`pytest_kimi.results.repeats.
+change_interval`), for throughputs too: the run-to-run spread, which a bootstrap of one run's
+requests cannot see.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kimi.results import catalogue
+from pytest_kimi.results.repeats import change_interval
 from pytest_kimi.results.stats import bootstrap_delta
 
 DEFAULT_THRESHOLDS = catalogue.DEFAULT_THRESHOLDS
@@ -37,6 +43,7 @@ class Judgement:
     ci_low: float | None = None
     ci_high: float | None = None
     confidence: float | None = None  # --kimi-confidence: bounds one-sided at it, three values
+    runs: tuple[int, int] | None = None  # --kimi-repeat: the interval is the runs' t interval
 
     @property
     def change(self) -> float:
@@ -62,7 +69,8 @@ class Judgement:
 
     def message(self) -> str:
         worse = "worse" if self.change > 0 else "better"
-        ci = interval_words(self.interval, self.confidence, self.outcome, self.threshold)
+        ci = interval_words(self.interval, self.confidence, self.outcome, self.threshold,
+                            runs=self.runs)  # fmt: skip
         return (
             f"{VERDICT_WORDS[self.outcome]}: {self.layout} {self.metric} {self.current:.4g} vs "
             f"baseline {self.baseline:.4g} ({abs(self.change):.1%} {worse}; threshold "
@@ -110,17 +118,20 @@ def interval_words(
     outcome: str,
     limit: float,
     lead: str = ", ",
+    runs: tuple[int, int] | None = None,
 ) -> str:
-    """The interval of a change as a message's clause after ``lead`` (empty without one)."""
+    """The interval of a change as a message's clause after ``lead`` (empty without one);
+    ``runs``: it is the between-run t interval of (reference, current) runs."""
     if interval is None:
         return f"{lead}one figure per run: no interval" if confidence is not None else ""
     low, high = interval
+    basis = f" (t, between {runs[0]} and {runs[1]} runs)" if runs else ""
     if confidence is None:
-        return f"{lead}95% interval of the change [{low:+.1%}, {high:+.1%}]"
-    text = f"{lead}{confidence:.0%} bounds of the change [{low:+.1%}, {high:+.1%}]"
+        return f"{lead}95% interval of the change [{low:+.1%}, {high:+.1%}]{basis}"
+    text = f"{lead}{confidence:.0%} bounds of the change [{low:+.1%}, {high:+.1%}]{basis}"
     if outcome == "undecided":
-        text += (f" straddle the limit {limit:+.1%}: more requests per run would decide "
-                 "it")  # fmt: skip
+        more = "more runs" if runs else "more requests per run"
+        text += f" straddle the limit {limit:+.1%}: {more} would decide it"
     return text
 
 
@@ -139,6 +150,14 @@ def judge(
     base_value = _value(baseline, metric)
     cur_value = _value(current, metric)
     m = catalogue.metric(metric)
+    runs = [list(entry.get("runs", {}).get(metric) or []) for entry in (baseline, current)]
+    if max(len(r) for r in runs) >= 2:  # repeats: the runs' spread, not the requests'
+        ci = change_interval(runs[0] or [base_value], runs[1] or [cur_value],
+                             bootstrap_level(confidence), m.higher_is_better)  # fmt: skip
+        if ci is not None:
+            count = (max(1, len(runs[0])), max(1, len(runs[1])))
+            return Judgement(layout, metric, base_value, cur_value, threshold, *ci, confidence,
+                             count)  # fmt: skip
     if m.per_request:
         prefix, stat = m.prefix, m.stat
         a = baseline.get("samples", {}).get(prefix) or []

@@ -106,7 +106,8 @@ def history_regression(
     entry = baseline_entry(inputs, result)
     m = metric_of(metric)
     samples = entry["samples"].get(m.prefix, []) if m.per_request else []
-    figure = Tonight(tonight, entry["metrics"].get(metric), samples)
+    figure = Tonight(tonight, entry["metrics"].get(metric), samples,
+                     entry.get("runs", {}).get(metric, ()))  # fmt: skip
     return judge_series(result.case, metric, series, figure, inputs.thresholds[metric],
                         confidence=inputs.confidence)  # fmt: skip
 

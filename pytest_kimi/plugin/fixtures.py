@@ -80,11 +80,13 @@ def _figures(result: LayoutResult) -> dict[str, float]:
 @pytest.fixture
 def speedbench(kimi_result: LayoutResult, record_property) -> LayoutResult:
     """The layout's result, with its figures as this test's JUnit properties (catalogue names:
-    ``ttft_p95``, ``output_throughput``)."""
+    ``ttft_p95``, ``output_throughput``; ``runs`` where ``--kimi-repeat`` pooled several)."""
     record_property("layout", kimi_result.name)
     record_property("layout_label", kimi_result.label)
     if kimi_result.point:
         record_property("point", kimi_result.point)
+    if kimi_result.repeats:  # --kimi-repeat: the figures pool this many runs
+        record_property("runs", kimi_result.runs)
     for name, value in _figures(kimi_result).items():
         record_property(name, value)
     return kimi_result

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_kimi.config.options import DEFAULT_CLUSTER, Options
+from pytest_kimi.plugin.decideoptions import add_decision_options, decision_options
 
 if TYPE_CHECKING:
     import pytest
@@ -35,6 +36,7 @@ def add_options(parser: pytest.Parser) -> None:
     """The ``kimi`` group's options, by topic, in the order ``--help`` lists them; the ini keys."""
     group = parser.getgroup("kimi", "pytest-kimi: LLM-serving benchmarks as tests")
     add_run_options(group)
+    add_decision_options(group)
     add_baseline_options(group)
     add_version_options(group)
     add_workload_options(group)
@@ -76,26 +78,6 @@ def add_run_options(group: pytest.OptionGroup) -> None:
         metavar="NAME=VALUE",
         help="override an SLO, repeatable: ttft_p95=25s, tpot_p95=150ms, success_rate=1",
     )
-    group.addoption(
-        "--kimi-confidence",
-        dest="kimi_confidence",
-        default=None,
-        metavar="C",
-        help="judge each SLO and regression gate by its bounds at confidence C (e.g. 0.95): "
-        "passed, failed or undecided (default: the cluster file's slo.confidence, else the "
-        "measured value alone)",
-    )
-    group.addoption(
-        "--kimi-until-decided", dest="kimi_until_decided", nargs="?", const=400, type=int,
-        default=None, metavar="MAX",
-        help="with a confidence: after the planned requests, send more in batches until every "
-        "SLO of the point is decided or MAX requests (400) were sent; give MAX with = or the "
-        "option after the test paths",
-    )  # fmt: skip
-    group.addoption(
-        "--kimi-undecided", dest="kimi_undecided", default=None, choices=("pass", "fail", "xfail"),
-        help="what an undecided SLO or gate test does (default: fail: never green on a coin toss)",
-    )  # fmt: skip
     group.addoption(
         "--kimi-endpoint",
         dest="kimi_endpoint",
@@ -323,6 +305,7 @@ def add_ini_keys(parser: pytest.Parser) -> None:
     parser.addini("kimi_endpoint", "default for --kimi-endpoint")
     parser.addini("kimi_confidence", "default for --kimi-confidence")
     parser.addini("kimi_undecided", "default for --kimi-undecided (pass, fail, xfail)")
+    parser.addini("kimi_repeat", "default for --kimi-repeat (runs of each workload point)")
     parser.addini("kimi_router_metrics", "default for --kimi-router-metrics")
     parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
@@ -371,9 +354,7 @@ def resolve(config: pytest.Config) -> Options:
         gate=config.getoption("kimi_gate"),
         gate_since=config.getoption("kimi_gate_since"),
         sglang_version=config.getoption("kimi_sglang_version"),
-        confidence=_opt(config, "kimi_confidence"),
-        undecided=_opt(config, "kimi_undecided") or "fail",
-        until_decided=config.getoption("kimi_until_decided"),
+        **decision_options(config),
     )
 
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_kimi.report.betweenruns import between_lines, runs_words
 from pytest_kimi.report.categories import category_lines
 from pytest_kimi.report.matrixtext import pareto_lines, setup_lines, verdict_lines
 from pytest_kimi.report.turns import turn_lines
@@ -130,7 +131,7 @@ def _table(results: Sequence[LayoutResult], time_scale: float) -> dict[str, Any]
         values = {r.name: _value(r, metric) for r in results}
         deltas = {r.name: relative_delta(values[r.name], values[ref.name]) for r in results[1:]}
         row = {"metric": metric, "label": label, "unit": unit, "values": values, "delta": deltas}
-        row_ci = _intervals(metric, ref.name, results[1:], samples)
+        row_ci = _intervals(metric, ref, results[1:], samples)
         if row_ci is not None:
             row["ci"] = row_ci
         rows.append(row)
@@ -145,6 +146,8 @@ def _table(results: Sequence[LayoutResult], time_scale: float) -> dict[str, Any]
             "slo": [verdict_to_dict(v) for v in r.verdicts],
             "telemetry": r.telemetry.to_dict() if r.telemetry else None,
             "pd_stages": r.stage_times.to_dict() if r.stage_times else None,
+            "runs": r.runs,  # --kimi-repeat: the runs its figures pool, and their spread
+            "between_runs": {name: s.to_dict() for name, s in r.between_runs.items()},
         }
         for r in results
     ]
@@ -175,22 +178,23 @@ def incomplete_reasons(results: Sequence[LayoutResult], stopped_early: str = "")
 
 def _intervals(
     metric: str,
-    ref: str,
+    ref: LayoutResult,
     others: Sequence[LayoutResult],
     samples: dict[str, dict[str, list[float]] | None],
 ) -> dict[str, dict | None] | None:
-    """Bootstrap CIs of a latency row's deltas; None for rows that are not latencies, and for
-    a maximum (one request: the bootstrap says nothing about it)."""
+    """Bootstrap CIs of a latency row's deltas, each saying how many runs' pooled requests it
+    rests on (``runs``: the reference's, the other's); None for rows that are not latencies,
+    and for a maximum (one request: the bootstrap says nothing about it)."""
     m = catalogue.metric(metric)
     prefix, stat = m.prefix, m.stat
-    base = samples.get(ref)
+    base = samples.get(ref.name)
     if not m.per_request or base is None or not catalogue.gateable(m):
         return None
     out: dict[str, dict | None] = {}
     for r in others:
         other = samples.get(r.name)
         ci = bootstrap_delta(base[prefix], other[prefix], stat) if other else None
-        out[r.name] = ci.to_dict() if ci else None
+        out[r.name] = {**ci.to_dict(), "runs": [ref.runs, r.runs]} if ci else None
     return out
 
 
@@ -253,6 +257,7 @@ def render_markdown(model: dict[str, Any]) -> str:
             lines += ["", f"## Workload point {title}"]
         lines += ["", *_markdown_table(section)]
         lines += ["", f"{level} SLO verdicts", "", *_verdict_lines(section)]
+        lines += between_lines(section, f"{level} Between runs")
         lines += category_lines(section, f"{level} Per SPEED-Bench category")
         lines += turn_lines(section, f"{level} Per session turn")
         lines += ttft_lines(section, f"{level} Prefill/decode disaggregation: where TTFT goes")
@@ -287,9 +292,11 @@ def _markdown_table(section: dict[str, Any]) -> list[str]:
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
     if any(row.get("ci") for row in section["rows"]):
+        runs = runs_words(section)
+        pooled = f" (pooled over the runs: {runs})" if runs else ""
         lines += [
             "",
-            "Latency deltas carry a 95% bootstrap interval from the per-request records; "
+            f"Latency deltas carry a 95% bootstrap interval from the per-request records{pooled}; "
             "`*` marks a difference whose interval excludes zero (real, not resampling noise).",
         ]
     return lines

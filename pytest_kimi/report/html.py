@@ -12,7 +12,7 @@ from typing import Any
 
 import jinja2
 
-from pytest_kimi.report import categories, turns
+from pytest_kimi.report import betweenruns, categories, turns
 from pytest_kimi.report.comparison import (
     backend_label,
     cases,
@@ -21,7 +21,13 @@ from pytest_kimi.report.comparison import (
     sections,
     table_rows,
 )
-from pytest_kimi.report.matrixtext import best_text, describe_search, flag_text, search_cell
+from pytest_kimi.report.matrixtext import (
+    best_text,
+    describe_search,
+    flag_text,
+    meeting_text,
+    search_cell,
+)
 from pytest_kimi.report.paretoplot import pareto_figure
 from pytest_kimi.report.plots import request_plots, svg
 from pytest_kimi.report.timelineplot import Counters, Telemetry
@@ -75,7 +81,10 @@ SPEED-Bench config {{ setup.dataset.speedbench_config }}, category
 {{ sec.title }}</h2>{% endif %}
 <table><thead><tr>{% for h in sec.header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
 {% for row in sec.body %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
-</tbody></table>
+</tbody></table>{% if sec.runs %}<p>Repeated (--kimi-repeat: {{ sec.runs }}): the figures pool
+each layout's runs' requests (throughputs and duration: the runs' means), and the deltas'
+bootstrap intervals rest on the pooled requests; "Between runs" below has the spread.</p>
+{% endif %}
 <h{{ 3 if sec.title else 2 }}>SLO verdicts</h{{ 3 if sec.title else 2 }}><ul>
 {% for layout in sec.layouts %}{% if layout.error %}
 <li><b>{{ layout.name }}</b>: not measured: {{ layout.error.splitlines()[0] }}</li>
@@ -106,7 +115,7 @@ shapes: {{ t.against }}.</p>{% endif %}<p>{{ t.kv }}</p>{% endfor %}{% endif %}{
 <th>best by output tok/s per GPU</th>{% for n in verdict_names %}<th>{{ n }} tok/s/GPU</th>
 {% endfor %}</tr></thead><tbody>
 {% for row in verdicts %}<tr><td>{{ row.point or "the workload" }}</td>
-<td>{{ row.meeting | join(", ") or "none" }}</td>
+<td>{{ meeting_text(row) }}</td>
 <td>{% if row.best %}<b>{{ row.best }}</b>{% else %}<span class="fail">{{ best_text(row) }}
 </span>{% endif %}</td>
 {% for n in verdict_names %}<td>{{ per_gpu(row.output_throughput_per_gpu[n]) }}</td>
@@ -157,7 +166,7 @@ def render_html(
         header, body = table_rows(section)
         shown.append({"id": section.get("id", ""), "title": point_title(section),
                       "header": header, "body": body, "layouts": section["layouts"],
-                      "splits": _splits(section),
+                      "splits": _splits(section), "runs": betweenruns.runs_words(section),
                       "pd": ttft_tables(section)})  # fmt: skip
     notes = [(case, n) for case, lay in cases(model) for n in lay["notes"]]
     setup = model.get("setup") or {}
@@ -180,6 +189,7 @@ def render_html(
         verdict_names=list(verdicts[0]["output_throughput_per_gpu"]) if verdicts else [],
         per_gpu=lambda v: "n/a" if v is None else f"{v:.2f}",
         best_text=best_text,
+        meeting_text=meeting_text,
         search_cell=search_cell,
         interval=interval_text,
         listed=lambda pairs: ", ".join(f"{k} {v}" for k, v in (pairs or {}).items()),
@@ -201,6 +211,8 @@ def _markup(plot: dict[str, Any]) -> dict[str, Any]:
 def _splits(section: dict[str, Any]) -> list[dict[str, Any]]:
     """The section's tables by SPEED-Bench category and by session turn, those with rows."""
     tables = [
+        ("Between runs", betweenruns.CAPTION, betweenruns.HEADER,
+         betweenruns.between_rows(section)),
         ("Per SPEED-Bench category", categories.CAPTION, categories.HEADER,
          categories.category_rows(section)),
         ("Per session turn", turns.CAPTION, turns.HEADER, turns.turn_rows(section)),

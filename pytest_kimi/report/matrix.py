@@ -46,13 +46,25 @@ def meets_every_slo(entry: Mapping[str, Any]) -> bool:
     )
 
 
+def undecided_only(entry: Mapping[str, Any]) -> bool:
+    """Not meeting every SLO only because some are undecided (``--kimi-confidence``): none
+    failed, no request failed. Not fit to ship on this evidence, but not shown to fail."""
+    summary = entry["summary"]
+    outcomes = {slo.get("outcome") or ("passed" if slo["passed"] else "failed")
+                for slo in entry["slo"]}  # fmt: skip
+    return (not entry["error"] and summary is not None and not summary.get("failed")
+            and "undecided" in outcomes and "failed" not in outcomes)  # fmt: skip
+
+
 def verdict_table(model: Mapping[str, Any], gpus: Mapping[str, int]) -> list[dict[str, Any]]:
     """Per workload point: the layouts meeting every SLO, their throughput per GPU, and the
-    best of them (None when none meets them)."""
+    best of them (None when none meets them); ``undecided``: those kept from meeting them only
+    by undecided SLOs (named apart from the ones that failed)."""
     table = []
     for section in sections(model):
         names = [entry["name"] for entry in section["layouts"]]
         meeting = [e["name"] for e in section["layouts"] if meets_every_slo(e)]
+        undecided = [e["name"] for e in section["layouts"] if undecided_only(e)]
         throughput = {name: per_gpu(section, name, gpus) for name in names}
         ranked = [name for name in meeting if throughput[name] is not None]
         best = max(ranked, key=lambda name: throughput[name]) if ranked else None
@@ -60,7 +72,8 @@ def verdict_table(model: Mapping[str, Any], gpus: Mapping[str, int]) -> list[dic
             "point": section.get("id", ""),
             "settings": dict(section.get("settings") or {}),
             "meeting": meeting,
-            "failing": [name for name in names if name not in meeting],
+            "failing": [name for name in names if name not in meeting + undecided],
+            "undecided": undecided,
             "output_throughput_per_gpu": throughput,
             "best": best,
         })  # fmt: skip

@@ -66,7 +66,7 @@ def verdict_lines(
              "|---|---|---|" + "---:|" * len(names)]  # fmt: skip
     for row in verdicts:
         point = row["point"] or "the workload"
-        meeting = ", ".join(row["meeting"]) or "none"
+        meeting = meeting_text(row)
         cells = [_per_gpu(row["output_throughput_per_gpu"].get(n)) for n in names]
         lines.append(f"| {point} | {meeting} | {best_text(row)} | " + " | ".join(cells) + " |")
     if max_concurrency:
@@ -76,6 +76,14 @@ def verdict_lines(
         lines += [f"- **{name}**: {describe_search(found)}" for name, found in
                   max_concurrency.items()]  # fmt: skip
     return [*lines, ""]
+
+
+def meeting_text(row: Mapping[str, Any]) -> str:
+    """The layouts meeting every SLO, and those that only undecided SLOs keep out."""
+    text = ", ".join(row["meeting"]) or "none"
+    if row.get("undecided"):
+        text += f" (undecided: {', '.join(row['undecided'])})"
+    return text
 
 
 def best_text(row: Mapping[str, Any]) -> str:

@@ -120,11 +120,15 @@ def write(
 
 def terminal_lines(model: dict[str, Any], results: Sequence[LayoutResult]) -> list[str]:
     """The comparison table and each layout's SLO verdicts, for pytest's terminal summary."""
+    from pytest_kimi.report.betweenruns import spread_lines
     from pytest_kimi.report.comparison import render_text
 
     lines = [render_text(model)]
     for result in results:
         lines += [f"{result.case}: {verdict.message()}" for verdict in result.verdicts]
+        if result.between_runs:  # --kimi-repeat: how far the runs moved
+            names = [verdict.slo.name for verdict in result.verdicts] + ["output_throughput"]
+            lines += spread_lines(result.case, result.between_runs, names)
         if result.error:
             lines.append(f"{result.case}: not measured: {result.error.splitlines()[0]}")
     return lines

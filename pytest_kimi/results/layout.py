@@ -16,6 +16,7 @@ from pytest_kimi.results.slo import Slo, Verdict
 if TYPE_CHECKING:
     from pytest_kimi.results.pdstages import StageTimes
     from pytest_kimi.results.records import RequestRecord
+    from pytest_kimi.results.repeats import Spread
     from pytest_kimi.results.replicacounters import ReplicaCounters
     from pytest_kimi.results.summary import Summary
     from pytest_kimi.results.telemetry_stats import TelemetrySeries, TelemetrySummary
@@ -47,6 +48,10 @@ class LayoutResult:
     stage_times: StageTimes | None = None
     # --kimi-until-decided: the look (0-based) each SLO was decided at, or the last one
     looks: dict[str, int] | None = None
+    # --kimi-repeat: each run's summary (``summary`` then pools their requests), and per
+    # metric the spread of the runs' figures
+    repeats: list[Summary] = field(default_factory=list, repr=False)
+    between_runs: dict[str, Spread] = field(default_factory=dict, repr=False)
 
     @property
     def case(self) -> str:
@@ -56,6 +61,11 @@ class LayoutResult:
     @property
     def complete(self) -> bool:
         return self.summary is not None and not self.error
+
+    @property
+    def runs(self) -> int:
+        """How many runs the figures rest on (``--kimi-repeat``; 1 otherwise)."""
+        return max(1, len(self.repeats))
 
 
 def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:

@@ -71,12 +71,13 @@ def _measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 def _duration_s(records: Sequence[RequestRecord], time_scale: float) -> float:
     """First send -> last end over all measured requests (failures included), cluster seconds.
-    Requests sent in batches (``--kimi-until-decided``): the sum of each batch's own span, so
-    the pauses between batches, where the harness judged and nothing was served, are not in
-    the throughputs."""
-    batches = {r.batch for r in records}
-    if len(batches) > 1:
-        return sum(_duration_s([r for r in records if r.batch == b], time_scale) for b in batches)
+    Requests sent in batches (``--kimi-until-decided``) or runs (``--kimi-repeat``): the sum of
+    each batch's or run's own span, so the pauses between them, where the harness judged, or
+    flushed caches and brought a layout up, and nothing was served, are not in the throughputs."""
+    parts = {(r.batch, r.repeat) for r in records}
+    if len(parts) > 1:
+        return sum(_duration_s([r for r in records if (r.batch, r.repeat) == part], time_scale)
+                   for part in parts)  # fmt: skip
     ends = [r.end_time for r in records if r.end_time is not None]
     if not records or not ends:
         return 0.0

@@ -90,6 +90,9 @@ class RequestRecord:
     # --kimi-until-decided: the batch the request was sent in (0: the planned requests; 1, 2,
     # ...: the batches sent until every SLO was decided); None when not sent so
     batch: int | None = None
+    # --kimi-repeat: the run of the point the request was sent in (1, 2, ...); None when the
+    # point was measured once
+    repeat: int | None = None
 
     @property
     def latency_start(self) -> float:

@@ -45,6 +45,20 @@ class ReplicaCounters:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def plus(self, other: ReplicaCounters) -> ReplicaCounters:
+        """Two runs' deltas together (``--kimi-repeat``): unknown if either is."""
+
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a + b
+
+        return ReplicaCounters(
+            self.url, add(self.requests, other.requests),
+            add(self.prompt_tokens, other.prompt_tokens),
+            add(self.generation_tokens, other.generation_tokens),
+            add(self.router_requests, other.router_requests),
+            add(self.cached_tokens, other.cached_tokens),
+        )  # fmt: skip
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReplicaCounters:
         return cls(

@@ -242,6 +242,10 @@ def evaluate(
         return Verdict(slo, measured)
     m = catalogue.metric(slo.name)
     sides = (1 - look.lower, 1 - look.upper) if look is not None else None
+    if slo.name == "success_rate" and slo.limit >= 1:
+        why = ("judged on this run's count: a 100% floor asks that every request sent "
+               "succeeds, which no bound on a rate can show")  # fmt: skip
+        return Verdict(slo, measured, why=why)
     if slo.name == "success_rate":
         bounds = iv.proportion_bounds(summary.completed, summary.completed + summary.failed,
                                       confidence, sides)  # fmt: skip

@@ -102,6 +102,9 @@ def summary_document(result: LayoutResult, backend: str, time_scale: float) -> d
     if result.summary is not None:
         data.update(result.summary.to_dict())
         data["slo"] = [{**verdict_to_dict(v), "message": v.message()} for v in result.verdicts]
+    if result.repeats:  # --kimi-repeat: every run, and the spread of their figures
+        data["repeats"] = [summary.to_dict() for summary in result.repeats]
+        data["between_runs"] = {name: s.to_dict() for name, s in result.between_runs.items()}
     return data
 
 
@@ -151,6 +154,12 @@ def load_layout(folder: Path) -> tuple[LayoutResult, dict[str, Any]]:
         stage_times=stages,
     )
     result.verdicts = [verdict_from_dict(e) for e in saved.get("slo", []) if "limit" in e]
+    if saved.get("repeats"):
+        from pytest_kimi.results.repeats import Spread
+
+        result.repeats = [Summary.from_dict(entry) for entry in saved["repeats"]]
+        result.between_runs = {name: Spread.from_dict(entry)
+                               for name, entry in saved["between_runs"].items()}  # fmt: skip
     return result, saved
 
 
@@ -181,11 +190,12 @@ class RunFolder:
 
     def point_dir(self, layout: str, point: str = "") -> Path:
         """Where one workload point's records and summary go: the layout's folder when the run
-        has one point, else a folder per point inside it (``tp32/c8``)."""
+        has one point, else a folder per point inside it (``tp32/c8``; a repeat's records:
+        ``tp32/c8/repeat-2``)."""
         if not point:
             return self.layout_dir(layout)
         path = self.layout_dir(layout) / point
-        path.mkdir(exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
         return path
 
     def logs(self, layout: str) -> Path:

@@ -9,6 +9,7 @@ shared cluster clock; and a point after the watchdog found the deployment lost i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,11 @@ class Deployed:
     reaches: dict[str, Reach] = field(default_factory=dict)  # node URL -> URL used
     clients: dict[str, NodeClient] = field(default_factory=dict)  # the client on a node
     attached: dict[str, Attached] = field(default_factory=dict)  # what --kimi-endpoint serves
+    endpoints: dict[str, str] = field(default_factory=dict)  # the router URL, as reached
+    # --kimi-repeat-fresh: tear down, call the function given, bring up; the new router URL
+    restarts: dict[str, Callable[[Callable[[], None]], str]] = field(default_factory=dict)
+    # --kimi-repeat: the (point id, repeat) last measured on the layout's current deployment
+    served: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def reach(self, layout: str) -> Reach:
         from pytest_kimi.deploy.reach import DIRECT

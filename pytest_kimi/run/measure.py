@@ -74,11 +74,12 @@ def measure(
     abort: Abort | None = None,
     clock: SharedClock | None = None,
     point: Point | None = None,
+    records_at: str | None = None,
 ) -> None:
     """Fill ``result`` with the run's records, summary and notes; write ``records.jsonl``.
 
     ``point``: the workload point measured (its settings over the cluster file's workload,
-    its records in its own folder); None: the cluster file's workload.
+    its records in its own folder, or ``records_at``'s: a repeat's); None: the file's workload.
 
     ``target``: the endpoint, whose counters to read, and the client on a node if any
     (:class:`Target`). ``progress`` sees the measured requests start and finish (the caller
@@ -92,11 +93,11 @@ def measure(
     from pytest_kimi.workload.clocks import WALL
 
     point = point or Point()
-    wl = inputs.workload_of(point)
+    at, wl = point.id if records_at is None else records_at, inputs.workload_of(point)
     options = _client_options(inputs, wl, inputs.prompts_of(point).chat_template)
     warmup, measured = _work(inputs.prompts_of(point), wl, options, inputs.time_scale)
     log = _RequestLog(result.case, progress or NoProgress(), clock or WALL,
-                      RecordJournal(folder.journal_path(layout.name, point.id)))  # fmt: skip
+                      RecordJournal(folder.journal_path(layout.name, at)))  # fmt: skip
     router_before = router_counters(target.router_metrics_url)
     try:
         records = []
@@ -116,7 +117,7 @@ def measure(
             if target.client is not None and measured:  # say where it was timed (once)
                 result.notes.append(target.client.note())
         server_accept = _read_counters(target, layout.disaggregated, counted_from, result)
-        folder.write_records(layout.name, records, point.id)
+        folder.write_records(layout.name, records, at)
         result.records = records
         result.notes.extend(_record_notes(records, inputs, wl, clock, shared_before))
         if wl.sessions:
@@ -132,12 +133,12 @@ def measure(
             server_accept_length=server_accept,
         )
     except WarmupFailed as exc:
-        folder.write_records(layout.name, log.records, point.id)
+        folder.write_records(layout.name, log.records, at)
         result.records, result.summary, result.error = log.records, None, str(exc)
         log.journal.discard()
         raise
     except BaseException as exc:
-        _keep_interrupted_run(folder, layout.name, point.id, result, log, exc,
+        _keep_interrupted_run(folder, layout.name, at, result, log, exc,
                               _request_count(measured))  # fmt: skip
         log.journal.discard()  # records.jsonl now holds everything it had
         raise

@@ -9,6 +9,7 @@ failed run still leaves its logs, records and a report saying why.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from pytest_kimi.run.deployed import Deployed
 from pytest_kimi.run.ledger import Ledger
 from pytest_kimi.run.measure import measure
 from pytest_kimi.run.progress.plain import PlainProgress
+from pytest_kimi.run.repeated import measure_repeats
 from pytest_kimi.workload.abort import Abort
 
 if TYPE_CHECKING:
@@ -133,17 +135,10 @@ class Run:
                 self.ledger.write_summary(result)
             yield self.inputs.options.endpoint
         else:
-            deployed = self.deployed
-            abort = deployed.aborts[layout.name] = Abort()
-            with bringup.deployment(
-                self.inputs, layout, self.folder, result, self.say,
-                on_manifest=lambda plan, nodes: self.ledger.write_manifest(layout, plan, nodes),
-                progress=self.progress, abort=abort,
-                on_reach=lambda reach: deployed.reaches.__setitem__(layout.name, reach),
-                on_client=lambda client: deployed.clients.__setitem__(layout.name, client),
-            ) as plan:  # fmt: skip
-                deployed.plans[layout.name] = plan
-                yield deployed.reach(layout.name).url(plan.endpoint)
+            with contextlib.ExitStack() as stack:  # closed: torn down
+                self.deployed.restarts[layout.name] = functools.partial(
+                    _bring_up_again, self, layout, result, stack)  # fmt: skip
+                yield _bring_up(self, layout, result, stack)
         if not self.inputs.swept:  # a sweep's points are each reported as measured
             self.on_result(result)
 
@@ -161,13 +156,22 @@ class Run:
             result.error = broken
             self.ledger.write_summary(result)
             return result
+        endpoint = self.deployed.endpoints.get(layout.name, endpoint)  # a fresh repeat's
         target = self.deployed.target(layout.name, endpoint)
         attached = self.deployed.attached.get(layout.name)
-        clock = self.deployed.shared_clock(layout.name)
+        repeated = self.inputs.options.repeat > 1  # each repeat has its own clock
+        clock = None if repeated else self.deployed.shared_clock(layout.name)
         try:
-            measure(self.inputs, layout, target, self.folder, result, progress=self.progress,
-                    abort=self.deployed.aborts.get(layout.name), clock=clock,
-                    point=point)  # fmt: skip
+            if repeated:
+                fresh = self.inputs.options.repeat_fresh
+                again = self.deployed.restarts.get(layout.name) if fresh else None
+                measure_repeats(self.inputs, layout, point, endpoint, result, self.folder,
+                                self.deployed, self.progress, again,
+                                self.ledger.result(layout).notes)  # fmt: skip
+            else:
+                measure(self.inputs, layout, target, self.folder, result,
+                        progress=self.progress, abort=self.deployed.aborts.get(layout.name),
+                        clock=clock, point=point)  # fmt: skip
             result.verdicts = judge.verdicts(self.inputs, result)
             if attached is not None:  # a deployment we start says this at its teardown
                 result.notes.extend(attached_split_notes(attached, result))
@@ -238,6 +242,33 @@ class Run:
         if model is None:
             return []
         return reporting.terminal_lines(model, self.ledger.stored())
+
+
+def _bring_up(run: Run, layout: Layout, result: LayoutResult, stack: contextlib.ExitStack) -> str:
+    """Bring the layout up inside ``stack`` (its close tears it down); its router's URL."""
+    deployed = run.deployed
+    abort = deployed.aborts[layout.name] = Abort()
+    plan = stack.enter_context(bringup.deployment(
+        run.inputs, layout, run.folder, result, run.say,
+        on_manifest=lambda plan, nodes: run.ledger.write_manifest(layout, plan, nodes),
+        progress=run.progress, abort=abort,
+        on_reach=lambda reach: deployed.reaches.__setitem__(layout.name, reach),
+        on_client=lambda client: deployed.clients.__setitem__(layout.name, client),
+    ))  # fmt: skip
+    deployed.plans[layout.name] = plan
+    deployed.served.pop(layout.name, None)  # no run measured on this deployment yet
+    url = deployed.endpoints[layout.name] = deployed.reach(layout.name).url(plan.endpoint)
+    return url
+
+
+def _bring_up_again(
+    run: Run, layout: Layout, result: LayoutResult, stack: contextlib.ExitStack,
+    between: Callable[[], None],
+) -> str:  # fmt: skip
+    """``--kimi-repeat-fresh``: tear the layout down, call ``between``, bring it up again."""
+    stack.close()
+    between()
+    return _bring_up(run, layout, result, stack)
 
 
 def attached_split_notes(attached: Attached, result: LayoutResult) -> list[str]:

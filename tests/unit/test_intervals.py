@@ -163,6 +163,22 @@ def test_run_wide_figures_and_itl_are_compared_without_an_interval() -> None:
     assert itl.bounds is None and "not independent" in itl.why
 
 
+def test_a_success_rate_floor_of_one_is_judged_on_the_runs_count() -> None:
+    """Clopper-Pearson never puts a rate's lower bound at 100% (40 of 40: 92.8%), so at a
+    confidence ``success_rate >= 1`` was undecided for ever; it asks about every request sent,
+    a count, and is judged on it; a floor under 1 still has its bounds."""
+    ttfts = [float(v) for v in range(100, 4100, 100)]
+    every = _verdict(ttfts, "success_rate", "1")
+    assert every.outcome == "passed" and every.bounds is None and "run's count" in every.why
+    records = _records(ttfts)
+    records[3].success = False
+    summary = summarize(records, percentiles=(95,))
+    one_failed = evaluate(parse_slo("success_rate", "1", "cli"), summary, None, 0.95)
+    assert one_failed.outcome == "failed"
+    most = _verdict(ttfts, "success_rate", "0.9")
+    assert most.bounds is not None and most.outcome == "passed"  # 40/40: lower bound 92.8%
+
+
 def test_without_a_confidence_the_verdict_is_the_point_comparison() -> None:
     ttfts = [float(v) for v in range(100, 4100, 100)]
     records = _records(ttfts)

@@ -13,7 +13,7 @@ from pytest_kimi.config.points import Point
 from pytest_kimi.report import reporting
 from pytest_kimi.report.comparison import render_markdown
 from pytest_kimi.report.html import render_html
-from pytest_kimi.report.matrix import meets_every_slo
+from pytest_kimi.report.matrix import meets_every_slo, verdict_table
 from pytest_kimi.report.setup import NOT_SET, experiment_setup, split_flags
 from pytest_kimi.results.layout import LayoutResult
 from pytest_kimi.results.metrics import summarize
@@ -215,3 +215,17 @@ def test_the_deployments_notes_are_said_once_and_an_early_stop_is_named() -> Non
     assert [r.case for r in covered] == ["tp32-c4", "tp32-c8", "pp8-c4", "pp8-c8"]
     assert covered[1].notes[0] == "processes left running: x"
     assert covered[0].error == covered[3].error == "not run: interrupted (Ctrl-C or SIGTERM)"
+
+
+def test_a_layout_only_undecided_slos_keep_out_is_named_apart_from_failing(model: dict) -> None:
+    """At a confidence an undecided SLO is not met (nothing shows the layout fits), but the
+    verdict names it undecided, not failing: more requests or runs could still pass it."""
+    section = model["points"][1]
+    undecided = {**section["layouts"][1],
+                 "slo": [{**section["layouts"][1]["slo"][0], "passed": False,
+                          "outcome": "undecided"}]}  # fmt: skip
+    points = [{**section, "layouts": [section["layouts"][0], undecided]}]
+    [row] = verdict_table({"points": points}, {"tp32": 64, "pp8": 64})
+    assert row["meeting"] == [] and row["undecided"] == ["pp8"] and row["failing"] == ["tp32"]
+    text = render_markdown({**model, "verdicts": [row]})
+    assert "| c8 | none (undecided: pp8) | none meets every SLO |" in text

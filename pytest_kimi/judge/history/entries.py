@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from pytest_kimi.judge.baseline import metrics_of
-from pytest_kimi.judge.history.store import ResultRecord, RunRecord
+from pytest_kimi.judge.history.store import RUNS, ResultRecord, RunRecord
 
 if TYPE_CHECKING:
     from pytest_kimi.config.inputs import Inputs
@@ -95,8 +95,10 @@ def result_records(inputs: Inputs, results: Sequence[LayoutResult]) -> list[Resu
                                     result.error or "not measured"))  # fmt: skip
             continue
         entry: dict[str, Any] = baseline_entry(inputs, result)
+        samples = {**entry["samples"], **{f"{RUNS}{name}": values  # each run's figure
+                                          for name, values in entry.get("runs", {}).items()}}
         out.append(ResultRecord(result.name, result.point, key, settings, entry["metrics"],
-                                entry["samples"], result.error))  # fmt: skip
+                                samples, result.error))  # fmt: skip
     return out
 
 
@@ -108,16 +110,25 @@ def _point(inputs: Inputs, point_id: str) -> Point:
 
 
 def baseline_entry(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:
-    """What a baseline keeps of one layout: its metrics and per-request samples."""
+    """What a baseline keeps of one layout: its metrics and per-request samples; for a point
+    measured in several runs (``--kimi-repeat``) each metric is the runs' mean, and ``runs``
+    keeps each run's figure."""
     from pytest_kimi.results.metrics import per_request_ms
 
     assert result.summary is not None
-    return {
+    metrics = metrics_of(result.summary, inputs.baseline_metrics())
+    entry: dict[str, Any] = {
         "label": result.label,
         "workload": workload_settings(inputs, result),
-        "metrics": metrics_of(result.summary, inputs.baseline_metrics()),
+        "metrics": metrics,
         "samples": per_request_ms(result.records, time_scale=inputs.time_scale),
     }
+    if result.between_runs:  # --kimi-repeat: a gate judges the runs' mean by their spread
+        spreads = {name: result.between_runs[name] for name in metrics
+                   if name in result.between_runs}  # fmt: skip
+        metrics.update({name: spread.mean for name, spread in spreads.items()})
+        entry["runs"] = {name: list(spread.values) for name, spread in spreads.items()}
+    return entry
 
 
 def workload_settings(inputs: Inputs, result: LayoutResult) -> dict[str, Any]:

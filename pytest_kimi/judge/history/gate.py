@@ -27,7 +27,11 @@ At a confidence ``C`` (``--kimi-confidence``) the verdict has three values
 (:func:`pytest_kimi.judge.baseline.gate_outcome`): tonight's bootstrap bounds of the change,
 each one-sided at ``C``, wholly over the limit: failed; wholly at or under it: passed;
 straddling it: undecided. The two-night rule and a throughput (no per-request values) decide
-on their figures, as without a confidence."""
+on their figures, as without a confidence.
+
+Tonight measured in several runs (``--kimi-repeat``): its figure is the runs' mean and its
+interval the runs' t interval against the level (throughputs too), not a bootstrap of the
+requests: what varies from run to run is what a nightly gate must not mistake for a change."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from pytest_kimi.judge.history.changes import relative_worse
 from pytest_kimi.judge.history.store import RunRecord, SeriesEntry
 from pytest_kimi.judge.history.trend import Trend, limit_of
 from pytest_kimi.results import catalogue
+from pytest_kimi.results.repeats import change_interval
 from pytest_kimi.results.stats import bootstrap_against
 
 WINDOW = 60  # runs: the gate reads the last two months of nightlies (older levels are history)
@@ -61,6 +66,7 @@ class Tonight:
     run: RunRecord
     value: float | None
     samples: Sequence[float] = ()
+    runs: Sequence[float] = ()  # --kimi-repeat: each run's figure (``value``: their mean)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class SeriesJudgement:
     tonight: bool = False  # the change starts with this run
     nights: int = 1  # 2: judged with the night before (their mean beyond the two-night limit)
     confidence: float | None = None  # --kimi-confidence: ``ci`` one-sided at it, three values
+    runs: int | None = None  # --kimi-repeat: ``ci`` is tonight's runs' t interval
 
     @property
     def outcome(self) -> str:
@@ -113,7 +120,8 @@ class SeriesJudgement:
         worse = "worse" if self.worse > 0 else "better"
         spread = (f"run-to-run noise {self.noise:.1%}" if self.noise is not None
                   else "noise not known yet (under 6 runs)")  # fmt: skip
-        ci = interval_words(self.ci, self.confidence, self.outcome, self.limit, lead="; ")
+        ci = interval_words(self.ci, self.confidence, self.outcome, self.limit, lead="; ",
+                            runs=(1, self.runs) if self.runs else None)  # fmt: skip
         limit = f"{self.limit:.1%}" + (" for the mean of tonight and the night before"
                                        if self.nights == 2 else "")  # fmt: skip
         text = (
@@ -186,7 +194,10 @@ def judge_series(
     first, end, reference = levels[k]
     worse = relative_worse(reference, current, m.higher_is_better)
     ci = None
-    if m.per_request:
+    if len(tonight.runs) >= 2:  # repeats: tonight's runs' t interval against the level
+        ci = change_interval([reference], tonight.runs, bootstrap_level(confidence),
+                             m.higher_is_better)  # fmt: skip
+    elif m.per_request:
         interval = bootstrap_against(tonight.samples, reference, m.stat, seed=seed,
                                      confidence=bootstrap_level(confidence))  # fmt: skip
         if interval is not None:
@@ -213,4 +224,5 @@ def judge_series(
         case, metric, current, reference, end - first, limit, trend.noise, worse,
         start=runs[start], previous=runs[start - 1], ci=ci, ongoing=ongoing,
         tonight=start == len(values), nights=nights, confidence=confidence,
+        runs=len(tonight.runs) if len(tonight.runs) >= 2 else None,
     )  # fmt: skip

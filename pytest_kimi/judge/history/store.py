@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS accepted (
     note TEXT NOT NULL
 );
 """
+RUNS = "runs:"  # a samples key: ``runs:ttft_p95`` holds each run's figure (--kimi-repeat)
 BUSY_TIMEOUT_S = 60.0  # another writer holds the file: wait this long before giving up
 
 
@@ -114,6 +115,7 @@ class SeriesEntry:
     value: float | None
     samples: Sequence[float]
     workload: Mapping[str, Any]
+    runs: Sequence[float] = ()  # --kimi-repeat: each run's figure (``value``: their mean)
 
 
 def _use_wal(db: sqlite3.Connection) -> None:
@@ -307,11 +309,13 @@ class History:
                 " AND runs.cluster = ? AND runs.id >= ? AND results.error = '' ORDER BY runs.id",
                 (experiment, layout, point, cluster, first),
             ).fetchall()
-        return [
-            SeriesEntry(_run(row), json.loads(row["metrics"]).get(metric),
-                        json.loads(row["samples"]).get(prefix, []), json.loads(row["workload"]))
-            for row in rows
-        ]  # fmt: skip
+        out = []
+        for row in rows:
+            samples = json.loads(row["samples"])
+            out.append(SeriesEntry(_run(row), json.loads(row["metrics"]).get(metric),
+                                   samples.get(prefix, []), json.loads(row["workload"]),
+                                   samples.get(f"{RUNS}{metric}", [])))  # fmt: skip
+        return out
 
 
 def _run(row: sqlite3.Row) -> RunRecord:
