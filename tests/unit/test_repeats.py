@@ -9,6 +9,7 @@ import functools
 import http.server
 import json
 import math
+import re
 import statistics
 import threading
 from pathlib import Path
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from pytest_kimi.config.inputs import UsageProblem, check_repeat
+from pytest_kimi.config.options import Options
 from pytest_kimi.judge.baseline import judge
 from pytest_kimi.judge.history.gate import Tonight, judge_series
 from pytest_kimi.judge.history.store import RunRecord, SeriesEntry
@@ -256,3 +259,20 @@ def test_a_fresh_run_gets_a_deployment_that_served_no_run(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError):
         _ready("deep", "c8", 3, "http://x", result, folder, deployed, broken, notes)
     assert "repeat 3 failed: node n3 did not come up" in deployed.aborts["deep"].reason
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"repeat": 0}, "--kimi-repeat 0: give a number of runs"),
+        ({"repeat_fresh": True}, "--kimi-repeat-fresh brings the layout up again"),
+        ({"repeat": 2, "repeat_fresh": True, "endpoint": "http://127.0.0.1:9"},
+         "an attached one (--kimi-endpoint) is not ours to restart"),
+        ({"repeat": 2, "until_decided": 100}, "--kimi-repeat and --kimi-until-decided: choose"),
+    ],
+)  # fmt: skip
+def test_repeat_options_that_cannot_work_are_usage_problems(given: dict, says: str) -> None:
+    options = Options(Path("cluster.yaml"), ("deep",), Path("out"), **given)
+    with pytest.raises(UsageProblem, match=re.escape(says)):
+        check_repeat(options)
+    check_repeat(Options(Path("cluster.yaml"), ("deep",), Path("out"), repeat=3))

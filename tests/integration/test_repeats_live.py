@@ -92,18 +92,3 @@ def test_fresh_repeats_bring_the_layout_up_for_each_run(project, leftovers):
     assert len(summary["repeats"]) == 2 and summary["completed"] == 12
     assert any(n.startswith("repeats: 2 deployments") for n in summary["notes"])
     assert leftovers(project.path) == []
-
-
-@pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        (["--kimi-repeat=0"], "--kimi-repeat 0: give a number of runs"),
-        (["--kimi-repeat-fresh"], "--kimi-repeat-fresh brings the layout up again"),
-        (["--kimi-repeat=2", "--kimi-confidence=0.95", "--kimi-until-decided=100"],
-         "--kimi-repeat and --kimi-until-decided: choose one"),
-    ],
-)  # fmt: skip
-def test_repeat_options_that_cannot_work_are_usage_errors(project, args, says):
-    result, _ = _run(project, *args)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{says}*"])
