@@ -46,6 +46,12 @@ def add_decision_options(group: pytest.OptionGroup) -> None:
     )  # fmt: skip
 
 
+def option_or_ini(config: pytest.Config, name: str) -> str | None:
+    """The command line's value, else the ini key of the same name's, else None."""
+    value = config.getoption(name)
+    return value if value else (config.getini(name) or None)
+
+
 def decision_options(config: pytest.Config) -> dict[str, Any]:
     """Their values as :class:`~pytest_kimi.config.options.Options` fields: the command line's,
     else the ini's (``kimi_confidence``, ``kimi_undecided``, ``kimi_repeat``)."""
@@ -59,11 +65,9 @@ def decision_options(config: pytest.Config) -> dict[str, Any]:
         except ValueError:
             raise pytest.UsageError(f"kimi_repeat = {text}: expected a whole number of "
                                     "runs") from None  # fmt: skip
-    confidence = config.getoption("kimi_confidence") or config.getini("kimi_confidence")
-    undecided = config.getoption("kimi_undecided") or config.getini("kimi_undecided")
     return {
-        "confidence": confidence or None,
-        "undecided": undecided or "fail",
+        "confidence": option_or_ini(config, "kimi_confidence"),
+        "undecided": option_or_ini(config, "kimi_undecided") or "fail",
         "until_decided": config.getoption("kimi_until_decided"),
         "repeat": repeat,
         "repeat_fresh": bool(config.getoption("kimi_repeat_fresh", False)),

@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_kimi.config.options import DEFAULT_CLUSTER, Options
-from pytest_kimi.plugin.decideoptions import add_decision_options, decision_options
+from pytest_kimi.plugin.decideoptions import (
+    add_decision_options,
+    decision_options,
+    option_or_ini,
+)
 
 if TYPE_CHECKING:
     import pytest
@@ -310,9 +314,7 @@ def add_ini_keys(parser: pytest.Parser) -> None:
     parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
 
-def _opt(config: pytest.Config, name: str) -> str | None:
-    value = config.getoption(name)
-    return value if value else (config.getini(name) or None)
+_opt = option_or_ini
 
 
 def resolve(config: pytest.Config) -> Options:

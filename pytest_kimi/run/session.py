@@ -157,7 +157,6 @@ class Run:
             self.ledger.write_summary(result)
             return result
         endpoint = self.deployed.endpoints.get(layout.name, endpoint)  # a fresh repeat's
-        target = self.deployed.target(layout.name, endpoint)
         attached = self.deployed.attached.get(layout.name)
         repeated = self.inputs.options.repeat > 1  # each repeat has its own clock
         clock = None if repeated else self.deployed.shared_clock(layout.name)
@@ -169,6 +168,7 @@ class Run:
                                 self.deployed, self.progress, again,
                                 self.ledger.result(layout).notes)  # fmt: skip
             else:
+                target = self.deployed.target(layout.name, endpoint)
                 measure(self.inputs, layout, target, self.folder, result,
                         progress=self.progress, abort=self.deployed.aborts.get(layout.name),
                         clock=clock, point=point)  # fmt: skip
