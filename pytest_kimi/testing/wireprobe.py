@@ -215,12 +215,28 @@ def _running(client: httpx.Client) -> float:
     return 0.0
 
 
+def _idle(client: httpx.Client) -> None:
+    """A one-token request, and more until ``sglang:num_running_reqs`` reads 0. 0.5.9's
+    scheduler sets the gauge only when it logs a prefill (the batch running beside it) or
+    every 40th decode step, so after the client that went away it still says 1 while nothing
+    runs; a request that ends at its prefill logs the truth. (Its answer can come before the
+    log: hence the loop. The mock's gauge is live, so it gets the first request only.)"""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        send(client, Step("idle", "POST", "/generate", _generate(_words(2, start=900), 1)))
+        if _running(client) == 0 or time.monotonic() > deadline:
+            return
+
+
 def _abort_request_whole(client: httpx.Client) -> dict[str, Answer]:
     """A long non-streamed ``/generate`` aborted by ``/abort_request`` with its ``rid`` once
-    the server says it runs; the abort is resent until the request answers (one that comes
+    the server says it runs (the gauge first seen at 0, so a 1 is this request past its
+    prefill, not a stale count; aborted before that, SGLang answers "Abort in waiting queue"
+    with another shape); the abort is resent until the request answers (one that comes
     before the server knows the request aborts nothing)."""
     rid = "kimi-probe-abort-whole"
     body = _generate(_words(3), LONG_RUN_TOKENS, rid=rid)
+    _idle(client)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(send, client, Step("run", "POST", "/generate", body))
         deadline = time.monotonic() + DEADLINE_S
