@@ -314,19 +314,17 @@ def add_ini_keys(parser: pytest.Parser) -> None:
     parser.addini("kimi_progress", "default for --kimi-progress (auto, live, plain, off)")
 
 
-_opt = option_or_ini
-
-
 def resolve(config: pytest.Config) -> Options:
     """The options of this session; a relative ``--cluster`` is tried from the current
     directory, then from pytest's rootdir."""
     root = Path(config.rootpath)
-    given = _opt(config, "kimi_cluster")
+    given = option_or_ini(config, "kimi_cluster")
     cluster = Path(given) if given else DEFAULT_CLUSTER
     if not cluster.is_absolute() and not cluster.exists():
         cluster = root / cluster
-    layouts = tuple(n.strip() for n in (_opt(config, "kimi_layout") or "").split(",") if n.strip())
-    report = Path(_opt(config, "kimi_report_dir") or root / "reports")
+    named = option_or_ini(config, "kimi_layout") or ""
+    layouts = tuple(n.strip() for n in named.split(",") if n.strip())
+    report = Path(option_or_ini(config, "kimi_report_dir") or root / "reports")
     slos = (*config.getini("kimi_slo"), *config.getoption("kimi_slo"))
     save = config.getoption("kimi_save_baseline")
     base = config.getoption("kimi_baseline")
@@ -335,8 +333,8 @@ def resolve(config: pytest.Config) -> Options:
         layouts,
         report,
         tuple(slos),
-        _opt(config, "kimi_endpoint"),
-        router_metrics=_opt(config, "kimi_router_metrics"),
+        option_or_ini(config, "kimi_endpoint"),
+        router_metrics=option_or_ini(config, "kimi_router_metrics"),
         save_baseline=Path(save) if save else None,
         baseline=Path(base) if base else None,
         fail_thresholds=config.getoption("kimi_fail"),
@@ -371,7 +369,7 @@ def _parallel(config: pytest.Config) -> bool:
 def explicit(config: pytest.Config) -> bool:
     """Whether this session asked for pytest-kimi (then inputs are checked up front)."""
     return (
-        any(_opt(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
+        any(option_or_ini(config, n) for n in ("kimi_layout", "kimi_cluster", "kimi_endpoint"))
         or bool(config.getoption("kimi_dataset"))
         or bool(config.getoption("kimi_workload"))
         or bool(config.getoption("kimi_sglang_version"))
